@@ -1,0 +1,86 @@
+"""Connectors and tasks as immutable sets: the unit that is assigned, revoked and released."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from connect.coordinator.v1 import common_pb2
+
+
+class TaskId(NamedTuple):
+    connector: str
+    task: int
+
+    def __str__(self) -> str:
+        return f"{self.connector}-{self.task}"
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """A set of connectors and tasks. Connectors and tasks are counted separately, as Connect does."""
+
+    connectors: frozenset[str] = frozenset()
+    tasks: frozenset[TaskId] = frozenset()
+
+    @staticmethod
+    def of(connectors: Iterable[str] = (), tasks: Iterable[tuple[str, int]] = ()) -> Items:
+        return Items(frozenset(connectors), frozenset(TaskId(c, t) for c, t in tasks))
+
+    @staticmethod
+    def from_proto(msg: common_pb2.ConnectorsAndTasks) -> Items:
+        return Items(frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks))
+
+    def to_proto(self, out: common_pb2.ConnectorsAndTasks | None = None) -> common_pb2.ConnectorsAndTasks:
+        msg = out if out is not None else common_pb2.ConnectorsAndTasks()
+        msg.connectors.extend(sorted(self.connectors))
+        msg.tasks.extend(common_pb2.ConnectorTaskId(connector=c, task=t) for c, t in sorted(self.tasks))
+        return msg
+
+    def to_json(self) -> dict[str, Any]:
+        return {"connectors": sorted(self.connectors), "tasks": [[c, t] for c, t in sorted(self.tasks)]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any] | None) -> Items:
+        if not data:
+            return EMPTY
+        return Items(frozenset(data.get("connectors", ())), frozenset(TaskId(c, int(t)) for c, t in data.get("tasks", ())))
+
+    def __bool__(self) -> bool:
+        return bool(self.connectors) or bool(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.connectors) + len(self.tasks)
+
+    def __or__(self, other: Items) -> Items:
+        return Items(self.connectors | other.connectors, self.tasks | other.tasks)
+
+    def __and__(self, other: Items) -> Items:
+        return Items(self.connectors & other.connectors, self.tasks & other.tasks)
+
+    def __sub__(self, other: Items) -> Items:
+        return Items(self.connectors - other.connectors, self.tasks - other.tasks)
+
+    def issubset(self, other: Items) -> bool:
+        return self.connectors <= other.connectors and self.tasks <= other.tasks
+
+    def isdisjoint(self, other: Items) -> bool:
+        return self.connectors.isdisjoint(other.connectors) and self.tasks.isdisjoint(other.tasks)
+
+    def keys(self) -> Iterable[str | TaskId]:
+        """Every item as a hashable key (a connector name or a TaskId), for owner indexes."""
+        yield from self.connectors
+        yield from self.tasks
+
+    def __str__(self) -> str:
+        parts = sorted(self.connectors) + [str(t) for t in sorted(self.tasks)]
+        return "[" + ", ".join(parts) + "]"
+
+
+EMPTY = Items()
+
+
+def all_items(connectors: dict[str, int]) -> Items:
+    """Every connector and task of a group, given each connector's task count."""
+    return Items(frozenset(connectors), frozenset(TaskId(c, t) for c, n in connectors.items() for t in range(n)))
