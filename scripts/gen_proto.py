@@ -1,7 +1,7 @@
 """Regenerate the Python stubs from proto/ (one command), or check that the committed ones are current.
 
-    python scripts/gen_proto.py           # write stubs next to the .proto files
-    python scripts/gen_proto.py --check   # exit 1 if the committed stubs differ from a fresh generation
+python scripts/gen_proto.py           # write stubs next to the .proto files
+python scripts/gen_proto.py --check   # exit 1 if the committed stubs differ from a fresh generation
 """
 
 from __future__ import annotations
@@ -43,9 +43,15 @@ def main() -> int:
         fresh = generate(Path(tmp))
         if check:
             committed = sorted(
-                p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / PACKAGE).iterdir() if p.name.endswith(GENERATED_SUFFIXES)
+                p.relative_to(PROTO_ROOT)
+                for p in (PROTO_ROOT / PACKAGE).iterdir()
+                if p.name.endswith(GENERATED_SUFFIXES)
             )
-            stale = [str(p) for p in fresh if not (PROTO_ROOT / p).exists() or not filecmp.cmp(Path(tmp) / p, PROTO_ROOT / p, shallow=False)]
+            stale = [
+                str(p)
+                for p in fresh
+                if not (PROTO_ROOT / p).exists() or not filecmp.cmp(Path(tmp) / p, PROTO_ROOT / p, shallow=False)
+            ]
             stale += [str(p) for p in committed if p not in fresh]
             if stale:
                 print("generated stubs are stale; run `python scripts/gen_proto.py`:", *stale, sep="\n  ")

@@ -45,7 +45,9 @@ class Items:
     def from_json(data: dict[str, Any] | None) -> Items:
         if not data:
             return EMPTY
-        return Items(frozenset(data.get("connectors", ())), frozenset(TaskId(c, int(t)) for c, t in data.get("tasks", ())))
+        return Items(
+            frozenset(data.get("connectors", ())), frozenset(TaskId(c, int(t)) for c, t in data.get("tasks", ()))
+        )
 
     def __bool__(self) -> bool:
         return bool(self.connectors) or bool(self.tasks)
