@@ -1,0 +1,99 @@
+# Set-up, checks and tests in one place. The README's two commands are `make up` and `make test`;
+# `make help` lists every target. Everything installs into the work tree (.venv, .tools) except
+# the Debian packages of scripts/setup_system.sh.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+# Targets run one at a time, in the order given (test = setup, then lint, then pytest).
+.NOTPARALLEL:
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-builtin-rules
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+TOOLS := .tools
+BUF := $(TOOLS)/node_modules/.bin/buf
+# Stamps live inside the folders they describe, so deleting a folder forces its reinstall.
+PY_STAMP := $(VENV)/.installed
+BUF_STAMP := $(TOOLS)/node_modules/.installed
+
+# Extra arguments for `make up`, e.g. ARGS='--listen 0.0.0.0:8470', and for pytest (`make test`,
+# `make pytest`), e.g. PYTEST_ARGS='-k heartbeat -x'.
+ARGS ?=
+PYTEST_ARGS ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+
+# `$(STEP); step NAME COMMAND...` runs COMMAND under a "==> NAME" banner and ends with
+# "<== NAME: ok|FAILED (exit N) in T s"; it returns COMMAND's status. .ci/run sums up the "<==" lines.
+STEP = step() { \
+  local name=$$1 t0=$$EPOCHREALTIME rc=0 dt; shift; \
+  echo "==> $$name"; \
+  "$$@" || rc=$$?; \
+  dt=$$(awk -v a="$$t0" -v b="$$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'); \
+  if [ $$rc -eq 0 ]; then echo "<== $$name: ok in $${dt}s"; \
+  else echo "<== $$name: FAILED (exit $$rc) in $${dt}s"; fi; \
+  return $$rc; \
+}
+
+.PHONY: help setup system up test lint pytest proto bench clean distclean
+
+help: ## list the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+setup: system $(PY_STAMP) $(BUF_STAMP) ## install everything the other targets need (quick when done)
+
+system: ## Debian packages the tests need (PostgreSQL server, ...); apt-get only when missing
+	@$(STEP); step "system packages" scripts/setup_system.sh
+
+$(BIN)/python: | system
+	@$(STEP); step "create $(VENV) with $(PYTHON)" $(PYTHON) -m venv $(VENV)
+
+$(PY_STAMP): pyproject.toml | $(BIN)/python
+	@$(STEP); step "pip install -e '.[dev]'" $(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+$(BUF_STAMP): $(TOOLS)/package.json $(TOOLS)/package-lock.json | system
+	@$(STEP); step "npm install (buf) into $(TOOLS)" \
+	  npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error
+	@touch $@
+
+up: setup ## set up, then run the system locally in the foreground (scripts/up.sh)
+	@scripts/up.sh $(ARGS)
+
+test: setup lint pytest ## set up, then every check and every test
+
+lint: setup ## ruff, ruff format, mypy, generated stubs current, buf lint, buf format
+	@$(STEP); fail=0; \
+	step "ruff check" $(BIN)/ruff check . || fail=1; \
+	step "ruff format --check" $(BIN)/ruff format --check . || fail=1; \
+	step "mypy" $(BIN)/mypy || fail=1; \
+	step "proto stubs current" $(BIN)/python scripts/gen_proto.py --check || fail=1; \
+	step "buf lint" $(BUF) lint || fail=1; \
+	step "buf format" $(BUF) format --diff --exit-code || fail=1; \
+	exit $$fail
+
+pytest: setup ## the test suite (PYTEST_ARGS='...' to narrow it)
+	@$(STEP); step "pytest" $(BIN)/pytest $(PYTEST_ARGS)
+
+proto: setup ## regenerate the Python stubs from proto/ (then commit them)
+	@$(STEP); step "gen_proto" $(BIN)/python scripts/gen_proto.py
+
+bench: setup ## run every bench/*.py script (not _*.py helpers); fails if any fails
+	@$(STEP); shopt -s nullglob; fail=0; ran=0; \
+	for script in bench/*.py; do \
+	  case $${script##*/} in _*) continue ;; esac; \
+	  ran=1; step "$$script" $(BIN)/python "$$script" || fail=1; \
+	done; \
+	[ $$ran -eq 1 ] || echo "bench: no bench/*.py scripts yet"; \
+	exit $$fail
+
+clean: ## remove caches and build leftovers (keeps .venv, .tools and data/)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks build dist *.egg-info bench/out
+	find . -path ./.venv -prune -o -path ./$(TOOLS)/node_modules -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## also remove .venv and .tools/node_modules (the next `make setup` reinstalls them)
+	rm -rf $(VENV) $(TOOLS)/node_modules

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Make sure the system (Debian) packages the build and the tests need are installed.
+# Checks first and only runs apt-get when something is missing, so a repeated run takes
+# milliseconds. Called by `make setup`; safe to run by hand.
+#
+# To add a requirement, add one `need` line below: the Debian package(s) to install and a
+# shell test that is true when the requirement is already met.
+set -euo pipefail
+
+missing=()
+
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+have_pkg() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
+
+# need "PACKAGE..." TEST...: queue PACKAGE(s) for installation unless TEST succeeds.
+need() {
+  local packages=$1
+  shift
+  if ! "$@"; then
+    # shellcheck disable=SC2206  # word-splitting the package list is intended
+    missing+=($packages)
+  fi
+}
+
+pg_server_present() { have_pkg postgresql || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
+python_venv_works() { have_cmd python3.11 && python3.11 -c 'import ensurepip, venv' 2>/dev/null; }
+
+need "python3.11 python3.11-venv" python_venv_works # the project's interpreter (.venv)
+need "postgresql" pg_server_present                 # integration tests start a real PostgreSQL server
+need "nodejs npm" have_cmd npm                      # installs the buf CLI into .tools/
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+
+if ! have_cmd apt-get; then
+  echo "system packages missing: ${missing[*]}; this is not a Debian/apt system, install them by hand" >&2
+  exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if have_cmd sudo; then
+    sudo=(sudo)
+  else
+    echo "system packages missing: ${missing[*]}; run this script as root (or install sudo)" >&2
+    exit 1
+  fi
+fi
+
+echo "system packages: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
