@@ -70,7 +70,7 @@ class Items:
     def isdisjoint(self, other: Items) -> bool:
         return self.connectors.isdisjoint(other.connectors) and self.tasks.isdisjoint(other.tasks)
 
-    def keys(self) -> Iterable[str | TaskId]:
+    def item_keys(self) -> Iterable[str | TaskId]:
         """Every item as a hashable key (a connector name or a TaskId), for owner indexes."""
         yield from self.connectors
         yield from self.tasks

@@ -17,6 +17,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNKNOWN_MEMBER_ID: _ClassVar[ErrorCode]
     GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     INVALID_REQUEST: _ClassVar[ErrorCode]
+    NON_EMPTY_GROUP: _ClassVar[ErrorCode]
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
     FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
@@ -34,6 +35,7 @@ NOT_COORDINATOR: ErrorCode
 UNKNOWN_MEMBER_ID: ErrorCode
 GROUP_AUTHORIZATION_FAILED: ErrorCode
 INVALID_REQUEST: ErrorCode
+NON_EMPTY_GROUP: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
 FENCED_INSTANCE_ID: ErrorCode

@@ -1,0 +1,173 @@
+"""The assignment process: which assignor, which executor, what input, and whether a result is valid.
+
+An assignment is computed for a snapshot of the group (members, connectors, current target) at a
+group epoch. The executor is the assignor service or, in client-side mode, one worker. Whatever the
+executor, the result is validated against the snapshot it was computed from before it is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from connect.coordinator.v1 import assignor_pb2, common_pb2
+
+from services.common.items import Items, TaskId
+from services.coordinator.records import AssignorSpec
+from services.coordinator.state import Group, Member
+
+SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
+
+
+@dataclass(slots=True)
+class InFlightAssignment:
+    executor: str  # a member id, or SERVICE_EXECUTOR
+    started_ms: int
+    deadline_ms: int
+    # Set once the input was handed out (Prepare, or the service call).
+    group_epoch: int = -1
+    snapshot_members: dict[str, str | None] = field(default_factory=dict)  # member id -> instance id
+    snapshot_connectors: dict[str, int] = field(default_factory=dict)
+    assignor_name: str = ""
+
+    @property
+    def prepared(self) -> bool:
+        return self.group_epoch >= 0
+
+
+class AssignorSelectionError(Exception):
+    pass
+
+
+def select_assignor(members: Iterable[list[AssignorSpec] | tuple[AssignorSpec, ...]]) -> str:
+    """The assignor every member supports, by the members' precedence (lowest total rank wins;
+    ties go to the first member's order); raises when there is none or the version ranges do not overlap."""
+    lists = [list(a) for a in members]
+    if not lists:
+        raise AssignorSelectionError("the group has no members")
+    common = set.intersection(*({a.name for a in lst} for lst in lists))
+    if not common:
+        raise AssignorSelectionError("no assignor is supported by every member")
+    ranks: dict[str, int] = {name: 0 for name in common}
+    for lst in lists:
+        for position, a in enumerate(lst):
+            if a.name in ranks:
+                ranks[a.name] += position
+    first_order = {a.name: i for i, a in enumerate(lists[0])}
+    for name in sorted(common, key=lambda n: (ranks[n], first_order[n])):
+        specs = [next(a for a in lst if a.name == name) for lst in lists]
+        if max(a.minimum_version for a in specs) <= min(a.maximum_version for a in specs):
+            return name
+    raise AssignorSelectionError(
+        "the members' version ranges of every common assignor do not overlap: " + ", ".join(sorted(common))
+    )
+
+
+def version_span(members: Iterable[Member], assignor: str) -> tuple[int, int]:
+    specs = [m.assignor(assignor) for m in members]
+    present = [s for s in specs if s is not None]
+    return min(s.minimum_version for s in present), max(s.maximum_version for s in present)
+
+
+def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[str]:
+    """Workers able to compute for everyone: their version range covers every member's range
+    (A [1-5], B [3-4], C [2-4] -> A). Temporarily departed static members can't compute."""
+    low, high = version_span(members.values(), assignor)
+    out = []
+    for mid, m in members.items():
+        spec = m.assignor(assignor)
+        if spec is not None and m.member_epoch >= 0 and spec.minimum_version <= low and spec.maximum_version >= high:
+            out.append(mid)
+    return out
+
+
+def build_snapshot(
+    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str]
+) -> assignor_pb2.AssignRequest:
+    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare)."""
+    req = assignor_pb2.AssignRequest(
+        assignor_name=assignor_name,
+        group_id=group.group_id,
+        group_epoch=group.epoch,
+        assignor_state=group.target.assignor_state,
+        now_ms=now_ms,
+    )
+    req.group_configs.update(group_configs)
+    for mid, m in group.members.items():
+        gm = req.members.add(member_id=mid, member_epoch=m.member_epoch, url=m.meta.url)
+        if m.meta.instance_id is not None:
+            gm.instance_id = m.meta.instance_id
+        spec = m.assignor(assignor_name)
+        if spec is not None:
+            gm.assignor.CopyFrom(
+                common_pb2.Assignor(
+                    name=spec.name,
+                    minimum_version=spec.minimum_version,
+                    maximum_version=spec.maximum_version,
+                    reason=spec.reason,
+                    version=spec.version,
+                    metadata=spec.metadata,
+                )
+            )
+        m.owned.to_proto(gm.owned)
+        group.target_of(mid).to_proto(gm.target)
+    for name in sorted(group.connectors):
+        req.connectors.add(name=name, task_count=group.connectors[name])
+    req.current_target.assignment_epoch = group.assignment_epoch
+    for mid, tv in group.target_members.items():
+        mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
+        tv.items.to_proto(mt.connectors_and_tasks)
+    return req
+
+
+class InvalidAssignment(Exception):
+    pass
+
+
+def validate_result(
+    members: Iterable[common_pb2.MemberTarget],
+    snapshot_members: Mapping[str, str | None],
+    snapshot_connectors: Mapping[str, int],
+    rebalance_delay_ms: int,
+) -> dict[str, common_pb2.MemberTarget]:
+    """Check an assignment against the input it was computed from: every member known, no item
+    assigned twice or unknown, and every item assigned -- unless the assignor holds work back on
+    purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment."""
+    by_member: dict[str, common_pb2.MemberTarget] = {}
+    seen: dict[str | TaskId, str] = {}
+    for i, mt in enumerate(members):
+        mid = mt.member_id
+        if mid not in snapshot_members:
+            raise InvalidAssignment(f"members[{i}].member_id '{mid}' was not a member when the assignment was prepared")
+        if mid in by_member:
+            raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
+        by_member[mid] = mt
+        for c in mt.connectors_and_tasks.connectors:
+            if c not in snapshot_connectors:
+                raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown connector '{c}'")
+            if c in seen:
+                raise InvalidAssignment(f"connector '{c}' is assigned to both '{seen[c]}' and '{mid}'")
+            seen[c] = mid
+        for t in mt.connectors_and_tasks.tasks:
+            count = snapshot_connectors.get(t.connector)
+            if count is None or not 0 <= t.task < count:
+                raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown task {t.connector}-{t.task}")
+            key = TaskId(t.connector, t.task)
+            if key in seen:
+                raise InvalidAssignment(f"task {key} is assigned to both '{seen[key]}' and '{mid}'")
+            seen[key] = mid
+    total = len(snapshot_connectors) + sum(snapshot_connectors.values())
+    if len(seen) < total and rebalance_delay_ms <= 0:
+        missing = next(
+            str(k)
+            for k in [*snapshot_connectors, *(TaskId(c, t) for c, n in snapshot_connectors.items() for t in range(n))]
+            if k not in seen
+        )
+        raise InvalidAssignment(
+            f"{total - len(seen)} connectors/tasks are unassigned (e.g. {missing}) and no rebalance_delay_ms is set"
+        )
+    return by_member
+
+
+def target_items(mt: common_pb2.MemberTarget) -> Items:
+    return Items.from_proto(mt.connectors_and_tasks)

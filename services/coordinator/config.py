@@ -1,0 +1,151 @@
+"""Server configuration (Kafka-style `group.connect.*` keys) and per-group dynamic configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server-side defaults and bounds; the dynamic group configs are validated against these."""
+
+    session_timeout_ms: int = 45_000
+    min_session_timeout_ms: int = 45_000
+    max_session_timeout_ms: int = 60_000
+    heartbeat_interval_ms: int = 5_000
+    min_heartbeat_interval_ms: int = 5_000
+    max_heartbeat_interval_ms: int = 15_000
+    max_size: int = INT32_MAX
+    scheduled_rebalance_max_delay_ms: int = 300_000
+    # An Empty group without connectors is deleted after this long (Kafka's offsets retention: 7 days).
+    empty_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Client-side assignment: backoff before asking again after an assignor error or invalid install.
+    assignment_retry_backoff_ms: int = 1_000
+    assignment_retry_backoff_max_ms: int = 30_000
+    # Service mode: deadline of one Assign call to the assignor service.
+    assignor_timeout_ms: int = 10_000
+
+    KEYS = {
+        "group.connect.session.timeout.ms": "session_timeout_ms",
+        "group.connect.min.session.timeout.ms": "min_session_timeout_ms",
+        "group.connect.max.session.timeout.ms": "max_session_timeout_ms",
+        "group.connect.heartbeat.interval.ms": "heartbeat_interval_ms",
+        "group.connect.min.heartbeat.interval.ms": "min_heartbeat_interval_ms",
+        "group.connect.max.heartbeat.interval.ms": "max_heartbeat_interval_ms",
+        "group.connect.max.size": "max_size",
+        "group.connect.scheduled.rebalance.max.delay.ms": "scheduled_rebalance_max_delay_ms",
+        "group.connect.empty.retention.ms": "empty_retention_ms",
+        "group.connect.assignment.retry.backoff.ms": "assignment_retry_backoff_ms",
+        "group.connect.assignment.retry.backoff.max.ms": "assignment_retry_backoff_max_ms",
+        "group.connect.assignor.timeout.ms": "assignor_timeout_ms",
+    }
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
+        """Build from `key=value` settings; unknown keys and bad values are errors naming the key."""
+        values: dict[str, int] = {}
+        for key, raw in props.items():
+            attr = cls.KEYS.get(key)
+            if attr is None:
+                raise ValueError(f"unknown configuration key '{key}' (known: {', '.join(sorted(cls.KEYS))})")
+            try:
+                values[attr] = int(raw)
+            except ValueError:
+                raise ValueError(f"{key} must be an integer, got '{raw}'") from None
+            if values[attr] < 0:
+                raise ValueError(f"{key} must be >= 0, got {raw}")
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        if not self.min_session_timeout_ms <= self.session_timeout_ms <= self.max_session_timeout_ms:
+            raise ValueError("group.connect.session.timeout.ms must lie within the min/max session timeout")
+        if not self.min_heartbeat_interval_ms <= self.heartbeat_interval_ms <= self.max_heartbeat_interval_ms:
+            raise ValueError("group.connect.heartbeat.interval.ms must lie within the min/max heartbeat interval")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("group.connect.heartbeat.interval.ms must be smaller than the session timeout")
+        if self.max_size < 1:
+            raise ValueError("group.connect.max.size must be >= 1")
+
+    def as_properties(self) -> dict[str, str]:
+        by_attr = {v: k for k, v in self.KEYS.items()}
+        return {by_attr[f.name]: str(getattr(self, f.name)) for f in fields(self) if f.name in by_attr}
+
+
+# Dynamic group configuration names (SPEC §2).
+SESSION_TIMEOUT = "session.timeout.ms"
+HEARTBEAT_INTERVAL = "heartbeat.interval.ms"
+SCHEDULED_REBALANCE_MAX_DELAY = "scheduled.rebalance.max.delay.ms"
+ASSIGNMENT_MODE = "assignment.mode"
+MAX_SIZE = "max.size"
+GROUP_CONFIG_NAMES = (SESSION_TIMEOUT, HEARTBEAT_INTERVAL, SCHEDULED_REBALANCE_MAX_DELAY, ASSIGNMENT_MODE, MAX_SIZE)
+
+MODE_SERVICE = "service"
+MODE_WORKER = "worker"
+
+
+class GroupConfigError(ValueError):
+    pass
+
+
+def effective_group_configs(
+    server: ServerConfig, overrides: Mapping[str, str], service_available: bool
+) -> dict[str, str]:
+    """Every dynamic config of a group: its own value where set, the server's default otherwise."""
+    defaults = {
+        SESSION_TIMEOUT: str(server.session_timeout_ms),
+        HEARTBEAT_INTERVAL: str(server.heartbeat_interval_ms),
+        SCHEDULED_REBALANCE_MAX_DELAY: str(server.scheduled_rebalance_max_delay_ms),
+        ASSIGNMENT_MODE: MODE_SERVICE if service_available else MODE_WORKER,
+        MAX_SIZE: str(server.max_size),
+    }
+    return {**defaults, **{k: v for k, v in overrides.items() if k in defaults}}
+
+
+def validate_group_configs(
+    server: ServerConfig,
+    current: Mapping[str, str],
+    set_: Mapping[str, str],
+    delete: list[str],
+    service_available: bool,
+) -> dict[str, str]:
+    """Validate an AlterConfigs change as a whole; returns the group's new overrides or raises naming the config."""
+    for name in [*set_, *delete]:
+        if name not in GROUP_CONFIG_NAMES:
+            raise GroupConfigError(f"unknown group config '{name}' (known: {', '.join(GROUP_CONFIG_NAMES)})")
+    overlap = set(set_) & set(delete)
+    if overlap:
+        raise GroupConfigError(f"config '{sorted(overlap)[0]}' is both set and deleted")
+    new = {k: v for k, v in current.items() if k not in delete}
+    new.update(set_)
+
+    def as_int(name: str, low: int, high: int) -> None:
+        if name not in new:
+            return
+        try:
+            value = int(new[name])
+        except ValueError:
+            raise GroupConfigError(f"{name} must be an integer, got '{new[name]}'") from None
+        if not low <= value <= high:
+            raise GroupConfigError(f"{name} must be between {low} and {high}, got {value}")
+
+    as_int(SESSION_TIMEOUT, server.min_session_timeout_ms, server.max_session_timeout_ms)
+    as_int(HEARTBEAT_INTERVAL, server.min_heartbeat_interval_ms, server.max_heartbeat_interval_ms)
+    as_int(SCHEDULED_REBALANCE_MAX_DELAY, 0, INT32_MAX)
+    as_int(MAX_SIZE, 1, server.max_size)
+    effective = effective_group_configs(server, new, service_available)
+    if int(effective[HEARTBEAT_INTERVAL]) >= int(effective[SESSION_TIMEOUT]):
+        raise GroupConfigError(
+            f"{HEARTBEAT_INTERVAL} ({effective[HEARTBEAT_INTERVAL]}) must be smaller than {SESSION_TIMEOUT} ({effective[SESSION_TIMEOUT]})"
+        )
+    mode = new.get(ASSIGNMENT_MODE)
+    if mode is not None:
+        if mode not in (MODE_SERVICE, MODE_WORKER):
+            raise GroupConfigError(f"{ASSIGNMENT_MODE} must be '{MODE_SERVICE}' or '{MODE_WORKER}', got '{mode}'")
+        if mode == MODE_SERVICE and not service_available:
+            raise GroupConfigError(f"{ASSIGNMENT_MODE}=service needs the coordinator to run with an assignor service")
+    return new

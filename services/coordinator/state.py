@@ -1,0 +1,239 @@
+"""In-memory group state, changed only by `CoordinatorState.replay(record)`.
+
+Live handling and recovery both go through `replay`, so what is in memory is always what the
+stored records produce. Replay also maintains the owner index (item -> the member that owns it)
+and refuses a record that would give an item to a second owner: the safety invariant is checked
+on every single state change, in tests, simulations and production alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from services.common.items import EMPTY, Items, TaskId
+from services.coordinator.records import (
+    AssignorSpec,
+    ConnectorRecord,
+    CurrentAssignment,
+    CurrentAssignmentValue,
+    GroupConfig,
+    GroupMetadata,
+    GroupMetadataValue,
+    HeldAssignment,
+    MemberMetadata,
+    MemberMetadataValue,
+    MemberState,
+    RebalanceEvent,
+    Record,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
+)
+
+if TYPE_CHECKING:
+    from services.coordinator.assignment import InFlightAssignment
+
+ItemKey = str | TaskId
+
+EMPTY_GROUP = "Empty"
+ASSIGNING = "Assigning"
+RECONCILING = "Reconciling"
+STABLE = "Stable"
+DEAD = "Dead"
+GROUP_STATES = (EMPTY_GROUP, ASSIGNING, RECONCILING, STABLE, DEAD)
+
+# A static member that announced a temporary leave (member epoch -2).
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+class InvariantViolation(AssertionError):
+    """A record would put one connector or task in two members' current assignments."""
+
+
+NO_ASSIGNMENT = CurrentAssignmentValue(
+    member_epoch=0, previous_member_epoch=-1, state=MemberState.STABLE, assigned=EMPTY, revoking=EMPTY
+)
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    meta: MemberMetadataValue
+    current: CurrentAssignmentValue = NO_ASSIGNMENT
+    # Volatile (not stored): when the session expires; re-armed on load.
+    session_deadline_ms: int = 0
+
+    @property
+    def member_epoch(self) -> int:
+        return self.current.member_epoch
+
+    @property
+    def owned(self) -> Items:
+        return self.current.assigned | self.current.revoking
+
+    def assignor(self, name: str) -> AssignorSpec | None:
+        for a in self.meta.assignors:
+            if a.name == name:
+                return a
+        return None
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    meta: GroupMetadataValue
+    members: dict[str, Member] = field(default_factory=dict)
+    connectors: dict[str, int] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+    target_members: dict[str, TargetMemberValue] = field(default_factory=dict)
+    target: TargetMetadataValue = field(default_factory=lambda: TargetMetadataValue(assignment_epoch=0))
+    held: dict[str, Items] = field(default_factory=dict)
+    # Derived indexes, maintained by replay.
+    owner: dict[ItemKey, str] = field(default_factory=dict)
+    held_owner: dict[ItemKey, str] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    # Volatile: the assignment being computed, if any (not stored; a restart starts a new one).
+    in_flight: InFlightAssignment | None = None
+    assignment_failures: int = 0
+    last_executor: str = ""
+    failed_executors: set[str] = field(default_factory=set)
+
+    @property
+    def epoch(self) -> int:
+        return self.meta.epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self.target.assignment_epoch
+
+    def target_of(self, member_id: str) -> Items:
+        value = self.target_members.get(member_id)
+        return value.items if value is not None else EMPTY
+
+    def is_free_for(self, member_id: str, key: ItemKey) -> bool:
+        """Whether `member_id` may be given `key` now: nobody else owns it and no fenced member holds it."""
+        owner = self.owner.get(key)
+        return (owner is None or owner == member_id) and key not in self.held_owner
+
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY_GROUP
+        if self.epoch > self.assignment_epoch:
+            return ASSIGNING
+        for m in self.members.values():
+            if m.current.member_epoch != self.assignment_epoch or m.current.state != MemberState.STABLE:
+                return RECONCILING
+        return STABLE
+
+    def pending_of(self, member: Member) -> Items:
+        """Target items the member waits for: at its target epoch but still owned by someone else."""
+        if member.current.member_epoch != self.assignment_epoch:
+            return EMPTY
+        return self.target_of(member.member_id) - member.current.assigned
+
+
+class CoordinatorState:
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+
+    def replay(self, record: Record) -> None:
+        match record:
+            case GroupMetadata(group_id=gid, value=value):
+                if value is None:
+                    self.groups.pop(gid, None)
+                else:
+                    group = self.groups.get(gid)
+                    if group is None:
+                        self.groups[gid] = Group(gid, value)
+                    else:
+                        group.meta = value
+            case ConnectorRecord(group_id=gid, connector=name, task_count=count):
+                group = self._group(gid)
+                if count is None:
+                    group.connectors.pop(name, None)
+                else:
+                    group.connectors[name] = count
+            case MemberMetadata(group_id=gid, member_id=mid, value=meta):
+                group = self._group(gid)
+                member = group.members.get(mid)
+                if meta is None:
+                    if member is not None:
+                        self._set_owned(group, mid, member.owned, EMPTY)
+                        del group.members[mid]
+                        if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
+                            del group.static_members[member.meta.instance_id]
+                    return
+                if member is None:
+                    group.members[mid] = Member(mid, meta)
+                else:
+                    if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
+                        group.static_members.pop(member.meta.instance_id, None)
+                    member.meta = meta
+                if meta.instance_id:
+                    group.static_members[meta.instance_id] = mid
+            case CurrentAssignment(group_id=gid, member_id=mid, value=value):
+                group = self._group(gid)
+                member = group.members.get(mid)
+                if member is None:
+                    if value is None:
+                        return
+                    raise InvariantViolation(f"assignment record for unknown member {mid} of group {gid}")
+                new = value if value is not None else NO_ASSIGNMENT
+                self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
+                member.current = new
+            case TargetMember(group_id=gid, member_id=mid, value=value):
+                group = self._group(gid)
+                if value is None:
+                    group.target_members.pop(mid, None)
+                else:
+                    group.target_members[mid] = value
+            case TargetMetadata(group_id=gid, value=value):
+                self._group(gid).target = value if value is not None else TargetMetadataValue(assignment_epoch=0)
+            case HeldAssignment(group_id=gid, member_id=mid, items=items):
+                group = self._group(gid)
+                old = group.held.pop(mid, EMPTY)
+                for key in old.item_keys():
+                    if group.held_owner.get(key) == mid:
+                        del group.held_owner[key]
+                if items:
+                    for key in items.item_keys():
+                        holder = group.owner.get(key) or group.held_owner.get(key)
+                        if holder is not None and holder != mid:
+                            raise InvariantViolation(f"{key} held for fenced {mid} is owned by {holder}")
+                        group.held_owner[key] = mid
+                    group.held[mid] = items
+            case GroupConfig(group_id=gid, name=name, value=value):
+                group = self._group(gid)
+                if value is None:
+                    group.configs.pop(name, None)
+                else:
+                    group.configs[name] = value
+            case RebalanceEvent():
+                pass  # the event log is not state
+            case _:
+                raise TypeError(f"not a record: {record!r}")
+
+    def _group(self, gid: str) -> Group:
+        group = self.groups.get(gid)
+        if group is None:
+            # Records of one group may be replayed before its metadata record (e.g. a partial load).
+            group = self.groups[gid] = Group(gid, GroupMetadataValue(epoch=0))
+        return group
+
+    @staticmethod
+    def _set_owned(group: Group, mid: str, old: Items, new: Items) -> None:
+        owner = group.owner
+        for key in (old - new).item_keys():
+            if owner.get(key) == mid:
+                del owner[key]
+        for key in (new - old).item_keys():
+            holder = owner.get(key)
+            if holder is not None and holder != mid:
+                raise InvariantViolation(f"{key} would be owned by both {holder} and {mid} in group {group.group_id}")
+            held_by = group.held_owner.get(key)
+            if held_by is not None:
+                raise InvariantViolation(f"{key} given to {mid} while still held for fenced member {held_by}")
+            owner[key] = mid
