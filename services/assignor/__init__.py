@@ -1,0 +1,43 @@
+"""The assignor: computes Kafka Connect target assignments (eager and incremental cooperative).
+
+Public surface:
+
+* ``assign(request) -> AssignResponse`` and ``list_assignors()`` work on the wire messages and are
+  what the gRPC service (``services.assignor.server``) and a worker in client-side mode call;
+* ``compute(name, AssignInput) -> AssignOutput`` is the pure core on plain Python types, for
+  benchmarks and for callers that already hold ``Items``.
+
+Everything is pure: no I/O, no clock (``now_ms`` comes in the request), deterministic.
+"""
+
+from services.assignor._model import (
+    DEFAULT_MAX_DELAY_MS,
+    MAX_DELAY_CONFIG,
+    AssignInput,
+    AssignorState,
+    AssignOutput,
+    LostWork,
+    Member,
+)
+from services.assignor._proto import ASSIGNORS, EAGER, INCREMENTAL_COOPERATIVE, assign, list_assignors
+
+
+def compute(assignor_name: str, inp: AssignInput) -> AssignOutput:
+    """Run one assignor's core on already validated plain input. Raises KeyError for an unknown name."""
+    return ASSIGNORS[assignor_name].compute(inp)
+
+
+__all__ = [
+    "DEFAULT_MAX_DELAY_MS",
+    "EAGER",
+    "INCREMENTAL_COOPERATIVE",
+    "MAX_DELAY_CONFIG",
+    "AssignInput",
+    "AssignOutput",
+    "AssignorState",
+    "LostWork",
+    "Member",
+    "assign",
+    "compute",
+    "list_assignors",
+]

@@ -1,0 +1,164 @@
+"""Sticky balancing of one kind of item (connectors, or tasks) over the live members.
+
+Connect counts connectors and tasks separately, so the incremental cooperative core calls this
+once per kind. Everything here is linear in members plus moved items, apart from sorting the
+members once and the items that actually move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from services.common.items import TaskId
+
+K = TypeVar("K", str, TaskId)
+
+
+@dataclass(slots=True)
+class _Receiver:
+    member: str
+    deficit: int
+
+
+@dataclass(slots=True)
+class Moves(Generic[K]):
+    gained: dict[str, list[K]]
+    revoked: dict[str, list[K]]
+    # How many items each member ends up with.
+    counts: dict[str, int]
+
+
+def rebalance(
+    held: Mapping[str, Collection[K]],
+    fresh: Sequence[K],
+    lost: Sequence[K] = (),
+    candidates: Collection[str] = (),
+    *,
+    allow_revoke: bool,
+    shed: Callable[[Collection[K], int], list[K]],
+    tiebreak: Mapping[str, int] | None = None,
+) -> Moves[K]:
+    """Give every unassigned item (``fresh`` and ``lost``) a member and even out the load.
+
+    ``held`` is each live member's sticky base. With ``allow_revoke`` every member ends within one
+    of the average and the fewest possible items leave their member; without it nothing is taken
+    away and the unassigned items only level the least loaded members up (Connect does not revoke
+    while a delayed rebalance is pending). ``lost`` goes to ``candidates`` first, as far as their
+    share allows. Ties go by ``tiebreak`` (lower first; it must cover every member), then by id.
+    """
+    if not held:
+        return Moves({}, {}, {})
+    counts = {m: len(items) for m, items in held.items()}
+    # Sorting already sorted ids is linear; the tiebreak pass is stable, so ids stay in order within it.
+    ids = sorted(held)
+    if tiebreak:
+        ids.sort(key=tiebreak.__getitem__)
+    unassigned = len(fresh) + len(lost)
+    if allow_revoke:
+        quotas = _balanced_quotas(ids, counts, sum(counts.values()) + unassigned)
+    else:
+        quotas = _levelling_quotas(ids, counts, unassigned)
+
+    revoked: dict[str, list[K]] = {}
+    for m, items in held.items():
+        excess = counts[m] - quotas[m]
+        if excess > 0:
+            revoked[m] = shed(items, excess)
+            counts[m] -= excess
+
+    # Least loaded first, so that with fewer items than receivers the emptiest members get them.
+    receivers = [
+        _Receiver(m, quotas[m] - counts[m]) for m in sorted(ids, key=counts.__getitem__) if quotas[m] > counts[m]
+    ]
+    gained: dict[str, list[K]] = {}
+    leftover_lost: Sequence[K] = lost
+    if lost and candidates:
+        ordered_lost: list[K] = sorted(lost)
+        used = _round_robin(ordered_lost, [r for r in receivers if r.member in candidates], gained)
+        leftover_lost = ordered_lost[used:]
+    pool = list(leftover_lost)
+    pool.extend(fresh)
+    for items in revoked.values():
+        pool.extend(items)
+    pool.sort()
+    _round_robin(pool, [r for r in receivers if r.deficit > 0], gained)
+    return Moves(gained, revoked, quotas)
+
+
+def _balanced_quotas(ids: list[str], counts: Mapping[str, int], total: int) -> dict[str, int]:
+    """Each member's final count: the average rounded down, or up for the first ``total % n``."""
+    base, extra = divmod(total, len(ids))
+    quotas = dict.fromkeys(ids, base)
+    if extra:
+        # The one-above-average slots go to the members already holding the most: fewest moves.
+        # (reverse=True keeps the sort stable, so ties stay in ``ids`` order.)
+        for m in sorted(ids, key=counts.__getitem__, reverse=True)[:extra]:
+            quotas[m] = base + 1
+    return quotas
+
+
+def _levelling_quotas(ids: list[str], counts: Mapping[str, int], unassigned: int) -> dict[str, int]:
+    """Water-filling: raise the least loaded members to a common level with ``unassigned`` items."""
+    quotas = dict(counts)
+    if not unassigned:
+        return quotas
+    order = sorted(ids, key=counts.__getitem__)
+    n = len(order)
+    level, remaining, below = counts[order[0]], unassigned, 0
+    while True:
+        while below < n and counts[order[below]] <= level:
+            below += 1
+        cost = below * (counts[order[below]] - level) if below < n else remaining + 1
+        if cost > remaining:
+            level += remaining // below
+            remaining %= below
+            break
+        remaining -= cost
+        level = counts[order[below]]
+    for i, m in enumerate(order[:below]):
+        quotas[m] = level + (1 if i < remaining else 0)
+    return quotas
+
+
+def _round_robin(items: Sequence[K], receivers: list[_Receiver], gained: dict[str, list[K]]) -> int:
+    """Deal ``items`` one at a time over ``receivers`` (their deficits are decremented in place).
+
+    Dealing (rather than handing out runs) spreads the tasks of one connector over the receivers.
+    Returns how many items were dealt.
+    """
+    dealt = 0
+    while receivers and dealt < len(items):
+        still_short = []
+        for r in receivers:
+            if dealt == len(items):
+                break
+            gained.setdefault(r.member, []).append(items[dealt])
+            dealt += 1
+            r.deficit -= 1
+            if r.deficit:
+                still_short.append(r)
+        receivers = still_short
+    return dealt
+
+
+def shed_connectors(connectors: Collection[str], n: int) -> list[str]:
+    """The connectors a member gives up first: the last ``n`` by name (any fixed order would do)."""
+    return sorted(connectors)[-n:]
+
+
+def shed_tasks(tasks: Collection[TaskId], n: int) -> list[TaskId]:
+    """The tasks a member gives up first: from the connectors it runs most tasks of.
+
+    Ranking each task by its position among the member's tasks of the same connector and giving up
+    the highest ranks first thins the biggest piles first, which spreads a connector's tasks.
+    """
+    ranked: list[tuple[int, TaskId]] = []
+    previous, rank = None, 0
+    for task in sorted(tasks):
+        rank = rank + 1 if task[0] == previous else 0
+        previous = task[0]
+        ranked.append((-rank, task))
+    ranked.sort()
+    return [task for _, task in ranked[:n]]

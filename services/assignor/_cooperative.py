@@ -1,0 +1,230 @@
+"""The incremental cooperative assignor (Connect's IncrementalCooperativeAssignor, declarative).
+
+Connect's assignor answers with revocations and additions and relies on follow-up rebalances;
+here the answer is the whole target and the coordinator derives revoke-before-assign from it, so
+one run goes straight to the balanced result. What is kept from Connect:
+
+* stickiness: an item stays with its owner in the current target (or, if no target has it, with
+  the live member running it) unless balance requires a move;
+* balance: connectors and tasks are counted separately, each member within one of the average;
+* scheduled.rebalance.max.delay.ms: the work of a member that left is held unassigned for up to
+  the delay so that it can come back. Members that join meanwhile are the candidates for it when
+  the delay expires, and nothing is revoked for balance while it runs.
+
+What differs: the delay survives a change of leader (it travels in ``assignor_state``), and a
+member that returns with its member id, or a static member with its instance id, gets its work
+back at once instead of when the delay expires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from services.assignor._balance import rebalance, shed_connectors, shed_tasks
+from services.assignor._model import AssignInput, AssignorState, AssignOutput, LostWork, Member
+from services.common.items import EMPTY, Items, TaskId
+
+
+@dataclass(slots=True)
+class _Base:
+    """The sticky base: who keeps what before balancing. An item is in at most one member's lists."""
+
+    connectors: dict[str, Collection[str]]
+    tasks: dict[str, Collection[TaskId]]
+    claimed_connectors: set[str]
+    claimed_tasks: set[TaskId]
+    # Members whose lists are exactly their input target (their output can reuse it if nothing moves).
+    untouched: set[str]
+
+
+def assign_incremental(inp: AssignInput) -> AssignOutput:
+    members = sorted(inp.members, key=lambda m: m.member_id)
+    live = {m.member_id for m in members}
+    conns = inp.connectors
+    total_tasks = sum(conns.values())
+    targets = {m.member_id: m.target or inp.previous_target.get(m.member_id, EMPTY) for m in members}
+
+    base = _claim_targets(members, targets, conns)
+    if len(base.claimed_connectors) < len(conns) or len(base.claimed_tasks) < total_tasks:
+        for m in members:
+            _claim(base, m.member_id, m.owned, conns)
+
+    lost, returned = _lost_work(inp, members, base)
+    for member_id, items in returned:
+        _claim(base, member_id, items, conns)
+
+    # Lost work is held while the delay runs; once it expires (or with no delay) it is released.
+    holding = False
+    remaining_ms = 0
+    delay_start = inp.state.delay_start_ms if inp.state.lost and inp.state.delay_start_ms is not None else inp.now_ms
+    if lost:
+        deadline = delay_start + inp.max_delay_ms
+        holding = inp.max_delay_ms > 0 and inp.now_ms < deadline
+        remaining_ms = min(deadline - inp.now_ms, inp.max_delay_ms) if holding else 0
+    candidates: frozenset[str] = frozenset()
+    if lost:
+        # As in Connect: any member with nothing to run while the delay is pending may be the one returning.
+        joined = (m for m in live if not base.connectors.get(m) and not base.tasks.get(m))
+        candidates = frozenset(m for m in (*inp.state.candidates, *joined) if m in live)
+
+    lost_connectors = {c for w in lost for c in w.items.connectors}
+    lost_tasks = {t for w in lost for t in w.items.tasks}
+    fresh_connectors = _unclaimed(sorted(conns), base.claimed_connectors, lost_connectors)
+    fresh_tasks = _unclaimed_tasks(conns, total_tasks, base.claimed_tasks, lost_tasks)
+    released_connectors = [] if holding else sorted(lost_connectors)
+    released_tasks = [] if holding else sorted(lost_tasks)
+
+    connector_moves = rebalance(
+        base.connectors,
+        fresh_connectors,
+        released_connectors,
+        candidates,
+        allow_revoke=not holding,
+        shed=shed_connectors,
+    )
+    # The member with fewer connectors gets the extra task when the tasks do not divide evenly.
+    task_moves = rebalance(
+        base.tasks,
+        fresh_tasks,
+        released_tasks,
+        candidates,
+        allow_revoke=not holding,
+        shed=shed_tasks,
+        tiebreak=connector_moves.counts,
+    )
+
+    out: dict[str, Items] = {}
+    for m in members:
+        mid = m.member_id
+        gc, rc = connector_moves.gained.get(mid), connector_moves.revoked.get(mid)
+        gt, rt = task_moves.gained.get(mid), task_moves.revoked.get(mid)
+        if mid in base.untouched and not (gc or rc or gt or rt):
+            out[mid] = targets[mid]
+            continue
+        cs = set(base.connectors[mid])
+        ts = set(base.tasks[mid])
+        cs.difference_update(rc or ())
+        cs.update(gc or ())
+        ts.difference_update(rt or ())
+        ts.update(gt or ())
+        out[mid] = Items(frozenset(cs), frozenset(ts))
+
+    moved = sum(map(len, connector_moves.revoked.values())) + sum(map(len, task_moves.revoked.values()))
+    moved += len(released_connectors) + len(released_tasks)
+    instances = {m.member_id: m.instance_id for m in members if m.instance_id}
+    if holding:
+        state = AssignorState(delay_start_ms=delay_start, lost=lost, candidates=candidates, instances=instances)
+    else:
+        state = AssignorState(instances=instances)
+    return AssignOutput(out, state, remaining_ms, moved)
+
+
+def _claim_targets(members: list[Member], targets: Mapping[str, Items], conns: Mapping[str, int]) -> _Base:
+    """Each live member keeps its configured target items; of a duplicate, the lowest member id wins."""
+    base = _Base({}, {}, set(), set(), set())
+    for m in members:
+        mid = m.member_id
+        target = targets[mid]
+        cs: Collection[str] = target.connectors
+        ts: Collection[TaskId] = target.tasks
+        # The common case (every item configured, nobody else has it) keeps the target's own sets:
+        # no per-member allocation, which matters at 100,000 tasks.
+        clean = True
+        if not all(c in conns for c in cs):
+            cs = [c for c in cs if c in conns]
+            clean = False
+        if not _all_configured(ts, conns):
+            ts = [t for t in ts if 0 <= t[1] < conns.get(t[0], 0)]
+            clean = False
+        if not base.claimed_connectors.isdisjoint(cs):
+            cs = [c for c in cs if c not in base.claimed_connectors]
+            clean = False
+        if not base.claimed_tasks.isdisjoint(ts):
+            ts = [t for t in ts if t not in base.claimed_tasks]
+            clean = False
+        base.claimed_connectors.update(cs)
+        base.claimed_tasks.update(ts)
+        base.connectors[mid] = cs
+        base.tasks[mid] = ts
+        if clean:
+            base.untouched.add(mid)
+    return base
+
+
+def _all_configured(tasks: Collection[TaskId], conns: Mapping[str, int]) -> bool:
+    get = conns.get
+    return all(0 <= task < get(connector, 0) for connector, task in tasks)
+
+
+def _claim(base: _Base, member_id: str, items: Items, conns: Mapping[str, int]) -> None:
+    """Add the configured, unclaimed ``items`` to a member's sticky base."""
+    cs = [c for c in items.connectors if c in conns and c not in base.claimed_connectors]
+    ts = [t for t in items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in base.claimed_tasks]
+    if cs or ts:
+        base.claimed_connectors.update(cs)
+        base.claimed_tasks.update(ts)
+        base.connectors[member_id] = [*base.connectors[member_id], *cs]
+        base.tasks[member_id] = [*base.tasks[member_id], *ts]
+        base.untouched.discard(member_id)
+
+
+def _lost_work(
+    inp: AssignInput, members: list[Member], base: _Base
+) -> tuple[tuple[LostWork, ...], list[tuple[str, Items]]]:
+    """The work of departed members that no live member has, and the part of it whose owner is back.
+
+    Departed members are those of the previous target that are no longer live, plus those already
+    held in the state (the target computed while holding no longer lists them).
+    """
+    live = {m.member_id for m in members}
+    by_instance: dict[str, str] = {}
+    for m in members:
+        if m.instance_id:
+            by_instance.setdefault(m.instance_id, m.member_id)
+    departed: dict[str, LostWork] = {w.member_id: w for w in inp.state.lost}
+    for mid, items in inp.previous_target.items():
+        if mid in live or not items:
+            continue
+        known = departed.get(mid)
+        instance_id = known.instance_id if known else inp.state.instances.get(mid)
+        departed[mid] = LostWork(mid, instance_id, items | known.items if known else items)
+    if not departed:
+        return (), []
+
+    conns = inp.connectors
+    # An item listed for two departed members is lost once, for the first of them.
+    taken_connectors = set(base.claimed_connectors)
+    taken_tasks = set(base.claimed_tasks)
+    lost: list[LostWork] = []
+    returned: list[tuple[str, Items]] = []
+    for mid in sorted(departed):
+        work = departed[mid]
+        cs = frozenset(c for c in work.items.connectors if c in conns and c not in taken_connectors)
+        ts = frozenset(t for t in work.items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in taken_tasks)
+        taken_connectors.update(cs)
+        taken_tasks.update(ts)
+        if not cs and not ts:
+            continue
+        items = Items(cs, ts)
+        back = mid if mid in live else by_instance.get(work.instance_id) if work.instance_id else None
+        if back is not None:
+            returned.append((back, items))
+        else:
+            lost.append(LostWork(mid, work.instance_id, items))
+    return tuple(lost), returned
+
+
+def _unclaimed(connectors: list[str], claimed: set[str], lost: set[str]) -> list[str]:
+    if len(claimed) + len(lost) >= len(connectors):
+        return []
+    return [c for c in connectors if c not in claimed and c not in lost]
+
+
+def _unclaimed_tasks(conns: Mapping[str, int], total: int, claimed: set[TaskId], lost: set[TaskId]) -> list[TaskId]:
+    """Configured tasks nobody has; enumerates the configuration only when some are missing."""
+    if len(claimed) + len(lost) >= total:
+        return []
+    return [
+        TaskId(c, t) for c in sorted(conns) for t in range(conns[c]) if (c, t) not in claimed and (c, t) not in lost
+    ]

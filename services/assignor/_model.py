@@ -1,0 +1,151 @@
+"""Plain-Python input and output of the assignor cores, and the state they carry between runs.
+
+The cores never see protobuf: ``_proto`` converts at the edge, so the cores can be benchmarked and
+property-tested on their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.common.items import EMPTY, Items, TaskId
+
+DEFAULT_MAX_DELAY_MS = 300_000
+MAX_DELAY_CONFIG = "scheduled.rebalance.max.delay.ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live member as the cores see it."""
+
+    member_id: str
+    instance_id: str | None = None
+    # Its part of the current target; empty falls back to ``AssignInput.previous_target``.
+    target: Items = EMPTY
+    # What it runs now; only consulted for items that no target claims.
+    owned: Items = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class LostWork:
+    """The part of the target of a member that has left, held unassigned during the delay."""
+
+    member_id: str
+    instance_id: str | None
+    items: Items
+
+
+@dataclass(frozen=True, slots=True)
+class AssignorState:
+    """What the incremental cooperative assignor remembers between runs (in ``assignor_state``).
+
+    ``delay_start_ms`` is set exactly when ``lost`` is non-empty. ``instances`` maps the member id
+    of every live static member to its instance id, so that when one leaves (the next run sees only
+    its member id in the current target) a later member with the same instance id is recognised.
+    """
+
+    delay_start_ms: int | None = None
+    lost: tuple[LostWork, ...] = ()
+    candidates: frozenset[str] = frozenset()
+    instances: Mapping[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """Compact, deterministic JSON; empty bytes when there is nothing to remember."""
+        data: dict[str, Any] = {}
+        if self.lost:
+            data["delay"] = {
+                "start": self.delay_start_ms,
+                "lost": [
+                    {"m": w.member_id, "i": w.instance_id, **_items_json(w.items)}
+                    for w in sorted(self.lost, key=lambda w: w.member_id)
+                ],
+                "cand": sorted(self.candidates),
+            }
+        if self.instances:
+            data["inst"] = dict(sorted(self.instances.items()))
+        if not data:
+            return b""
+        data["v"] = 1
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+    @staticmethod
+    def decode(raw: bytes) -> AssignorState:
+        """Parse ``encode``'s output; anything else (empty, garbage, another format) is the empty state."""
+        if not raw:
+            return EMPTY_STATE
+        try:
+            return _decode(json.loads(raw))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return EMPTY_STATE
+
+
+EMPTY_STATE = AssignorState()
+
+
+def _items_json(items: Items) -> dict[str, Any]:
+    return {"c": sorted(items.connectors), "t": [[c, t] for c, t in sorted(items.tasks)]}
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("expected an integer")
+    return value
+
+
+def _decode(data: Any) -> AssignorState:
+    if not isinstance(data, dict) or data.get("v") != 1:
+        return EMPTY_STATE
+    instances = {_str(k): _str(v) for k, v in data.get("inst", {}).items()}
+    delay = data.get("delay")
+    if delay is None:
+        return AssignorState(instances=instances)
+    lost = tuple(
+        LostWork(
+            member_id=_str(w["m"]),
+            instance_id=None if w.get("i") is None else _str(w["i"]),
+            items=Items(
+                frozenset(_str(c) for c in w["c"]),
+                frozenset(TaskId(_str(c), _int(t)) for c, t in w["t"]),
+            ),
+        )
+        for w in delay["lost"]
+    )
+    if not lost:
+        return AssignorState(instances=instances)
+    return AssignorState(
+        delay_start_ms=_int(delay["start"]),
+        lost=lost,
+        candidates=frozenset(_str(m) for m in delay["cand"]),
+        instances=instances,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AssignInput:
+    members: Sequence[Member]
+    connectors: Mapping[str, int]
+    # The previous target, by member id; may list members that have left since.
+    previous_target: Mapping[str, Items] = field(default_factory=dict)
+    state: AssignorState = EMPTY_STATE
+    now_ms: int = 0
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class AssignOutput:
+    # One entry per live member. A member whose part did not change gets its input ``target`` object back.
+    targets: dict[str, Items]
+    state: AssignorState = EMPTY_STATE
+    # > 0 while lost work is held: call again after this long.
+    rebalance_delay_ms: int = 0
+    # Items taken from one member (live or departed) and given to another; new items are not counted.
+    moved: int = 0

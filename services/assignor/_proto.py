@@ -1,0 +1,226 @@
+"""The protobuf edge: validation, conversion to the plain cores and back, and the assignor registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from connect.coordinator.v1 import assignor_pb2, common_pb2
+from services.assignor._cooperative import assign_incremental
+from services.assignor._eager import assign_eager
+from services.assignor._model import (
+    DEFAULT_MAX_DELAY_MS,
+    MAX_DELAY_CONFIG,
+    AssignInput,
+    AssignorState,
+    AssignOutput,
+    Member,
+)
+from services.common.items import EMPTY, Items, TaskId
+
+INCREMENTAL_COOPERATIVE = "incremental-cooperative"
+EAGER = "eager"
+# Enumerating the tasks is linear in their number; this bounds what one request can make us allocate.
+MAX_TASKS = 1_000_000
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AssignorInfo:
+    name: str
+    minimum_version: int
+    maximum_version: int
+    compute: Callable[[AssignInput], AssignOutput]
+
+
+# In order of preference, as ListAssignors reports them.
+ASSIGNORS: dict[str, AssignorInfo] = {
+    INCREMENTAL_COOPERATIVE: AssignorInfo(INCREMENTAL_COOPERATIVE, 1, 2, assign_incremental),
+    EAGER: AssignorInfo(EAGER, 0, 0, assign_eager),
+}
+
+
+class InvalidInput(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def list_assignors() -> list[common_pb2.Assignor]:
+    """The assignors this service computes, with the protocol versions each supports."""
+    return [
+        common_pb2.Assignor(name=a.name, minimum_version=a.minimum_version, maximum_version=a.maximum_version)
+        for a in ASSIGNORS.values()
+    ]
+
+
+def assign(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignResponse:
+    """Compute a target assignment. Never raises for bad input: it answers with an in-band error."""
+    return run(request)[0]
+
+
+def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignResponse, AssignOutput | None]:
+    """``assign`` plus the core's output (for metrics); the output is None when the request is rejected."""
+    try:
+        info, max_delay_ms = _validate(request)
+    except InvalidInput as e:
+        return assignor_pb2.AssignResponse(error=e.code, error_message=e.message), None
+    inp, sources = to_input(request, max_delay_ms)
+    output = info.compute(inp)
+    return to_response(output, sources, _version(request, info)), output
+
+
+def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int]:
+    info = ASSIGNORS.get(request.assignor_name)
+    if info is None:
+        raise InvalidInput(
+            common_pb2.UNSUPPORTED_ASSIGNOR,
+            f"assignor_name {request.assignor_name!r} is not supported (supported: {', '.join(ASSIGNORS)})",
+        )
+    member_index: dict[str, int] = {}
+    instance_index: dict[str, int] = {}
+    for i, m in enumerate(request.members):
+        if not m.member_id:
+            raise InvalidInput(common_pb2.INVALID_REQUEST, f"members[{i}].member_id must not be empty")
+        if m.member_id in member_index:
+            raise InvalidInput(
+                common_pb2.INVALID_REQUEST,
+                f"members[{i}].member_id {m.member_id!r} is a duplicate of members[{member_index[m.member_id]}]",
+            )
+        member_index[m.member_id] = i
+        if m.HasField("instance_id") and m.instance_id:
+            if m.instance_id in instance_index:
+                raise InvalidInput(
+                    common_pb2.INVALID_REQUEST,
+                    f"members[{i}].instance_id {m.instance_id!r} is a duplicate of "
+                    f"members[{instance_index[m.instance_id]}]",
+                )
+            instance_index[m.instance_id] = i
+        # An unset entry means the coordinator selected the assignor for this member; a set one must match.
+        if m.HasField("assignor"):
+            if m.assignor.name and m.assignor.name != info.name:
+                raise InvalidInput(
+                    common_pb2.UNSUPPORTED_ASSIGNOR,
+                    f"members[{i}].assignor.name {m.assignor.name!r} is not the requested assignor {info.name!r}",
+                )
+            if not info.minimum_version <= m.assignor.version <= info.maximum_version:
+                raise InvalidInput(
+                    common_pb2.UNSUPPORTED_ASSIGNOR,
+                    f"members[{i}].assignor.version {m.assignor.version} is outside {info.name}'s supported "
+                    f"range [{info.minimum_version}, {info.maximum_version}]",
+                )
+    connector_index: dict[str, int] = {}
+    total_tasks = 0
+    for i, c in enumerate(request.connectors):
+        if not c.name:
+            raise InvalidInput(common_pb2.INVALID_REQUEST, f"connectors[{i}].name must not be empty")
+        if c.name in connector_index:
+            raise InvalidInput(
+                common_pb2.INVALID_REQUEST,
+                f"connectors[{i}].name {c.name!r} is a duplicate of connectors[{connector_index[c.name]}]",
+            )
+        connector_index[c.name] = i
+        if c.task_count < 0:
+            raise InvalidInput(common_pb2.INVALID_REQUEST, f"connectors[{i}].task_count must be >= 0")
+        total_tasks += c.task_count
+        if total_tasks > MAX_TASKS:
+            raise InvalidInput(
+                common_pb2.INVALID_REQUEST,
+                f"connectors[{i}].task_count brings the group to {total_tasks} tasks; at most {MAX_TASKS} are supported",
+            )
+    return info, _max_delay(request)
+
+
+def _max_delay(request: assignor_pb2.AssignRequest) -> int:
+    raw = request.group_configs.get(MAX_DELAY_CONFIG)
+    if raw is None:
+        return DEFAULT_MAX_DELAY_MS
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= _INT32_MAX:
+        raise InvalidInput(
+            common_pb2.INVALID_REQUEST,
+            f'group_configs["{MAX_DELAY_CONFIG}"] must be an integer in [0, {_INT32_MAX}], got {raw!r}',
+        )
+    return value
+
+
+def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
+    """The protocol version the whole group speaks: the lowest any member is at (Connect: V2 only if all are)."""
+    versions = [m.assignor.version for m in request.members if m.HasField("assignor")]
+    return min(versions, default=info.maximum_version)
+
+
+def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
+    if not msg.connectors and not msg.tasks:
+        return EMPTY
+    return Items(frozenset(msg.connectors), frozenset([TaskId(t.connector, t.task) for t in msg.tasks]))
+
+
+def to_input(
+    request: assignor_pb2.AssignRequest, max_delay_ms: int
+) -> tuple[AssignInput, dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]]]:
+    """The core's input, and for each live member the target it was given with the message it came from."""
+    previous: dict[str, Items] = {}
+    previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
+    live_with_target = {m.member_id for m in request.members if m.target.connectors or m.target.tasks}
+    for mt in request.current_target.members:
+        # A live member's own target field wins; only the others are needed from the previous target.
+        if not mt.member_id or mt.member_id in live_with_target:
+            continue
+        items = _items(mt.connectors_and_tasks)
+        if mt.member_id in previous:
+            previous[mt.member_id] |= items
+            previous_msgs.pop(mt.member_id, None)  # merged: no single message holds it any more
+        else:
+            previous[mt.member_id] = items
+            previous_msgs[mt.member_id] = mt.connectors_and_tasks
+
+    members = []
+    sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
+    for m in request.members:
+        if m.member_id in live_with_target:
+            target = _items(m.target)
+            sources[m.member_id] = (target, m.target)
+        else:
+            target = previous.get(m.member_id, EMPTY)
+            if m.member_id in previous_msgs:
+                sources[m.member_id] = (target, previous_msgs[m.member_id])
+        members.append(
+            Member(
+                member_id=m.member_id,
+                instance_id=m.instance_id if m.HasField("instance_id") and m.instance_id else None,
+                target=target,
+                owned=_items(m.owned),
+            )
+        )
+    inp = AssignInput(
+        members=members,
+        connectors={c.name: c.task_count for c in request.connectors},
+        previous_target=previous,
+        state=AssignorState.decode(request.assignor_state),
+        now_ms=request.now_ms,
+        max_delay_ms=max_delay_ms,
+    )
+    return inp, sources
+
+
+def to_response(
+    output: AssignOutput, sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]], version: int
+) -> assignor_pb2.AssignResponse:
+    response = assignor_pb2.AssignResponse(
+        assignor_state=output.state.encode(), rebalance_delay_ms=output.rebalance_delay_ms
+    )
+    for member_id in sorted(output.targets):
+        items = output.targets[member_id]
+        mt = response.members.add(member_id=member_id, version=version)
+        source = sources.get(member_id)
+        if source is not None and source[0] is items:
+            # Unchanged: copying the message it came in is far cheaper than rebuilding it item by item.
+            mt.connectors_and_tasks.CopyFrom(source[1])
+        else:
+            items.to_proto(mt.connectors_and_tasks)
+    return response
