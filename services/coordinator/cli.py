@@ -1,0 +1,147 @@
+"""`connect-coordinator serve`: the coordinator process.
+
+Every flag can also come from an environment variable CONNECT_COORDINATOR_<FLAG> (e.g.
+CONNECT_COORDINATOR_DATABASE); `--set` pairs from CONNECT_COORDINATOR_SET, comma-separated.
+Server configuration (`group.connect.*`) comes from `--config FILE` (key=value lines) then `--set`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from services.coordinator.config import ServerConfig
+from services.coordinator.core import GroupCoordinator
+from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
+from services.coordinator.server import start_server
+from services.storage import Storage, default_sqlite_url
+
+log = logging.getLogger("connect.coordinator")
+ENV_PREFIX = "CONNECT_COORDINATOR_"
+
+
+def _env(name: str, default: str | None) -> str | None:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{source}:{n}: expected key=value, got '{line}'")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="connect-coordinator", description="Kafka Connect group coordinator (KIP-848 style)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the coordinator")
+    serve.add_argument(
+        "--listen", default=_env("LISTEN", "127.0.0.1:8470"), help="gRPC address HOST:PORT (default %(default)s)"
+    )
+    serve.add_argument(
+        "--database", default=_env("DATABASE", None), help="SQLAlchemy URL (default: SQLite ./data/coordinator.db)"
+    )
+    serve.add_argument(
+        "--assignor-address",
+        default=_env("ASSIGNOR_ADDRESS", None),
+        help="assignor service HOST:PORT (none: workers compute assignments)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        default=_env("METRICS_LISTEN", "127.0.0.1:9470"),
+        help="Prometheus /metrics HOST:PORT; '' disables",
+    )
+    serve.add_argument("--config", default=_env("CONFIG", None), help="server configuration file (key=value lines)")
+    env_sets = [s for s in (_env("SET", "") or "").split(",") if s.strip()]
+    serve.add_argument(
+        "--set",
+        action="append",
+        default=env_sets,
+        metavar="KEY=VALUE",
+        help="server configuration override (repeatable)",
+    )
+    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    return parser
+
+
+def load_server_config(config_file: str | None, sets: list[str]) -> ServerConfig:
+    props: dict[str, str] = {}
+    if config_file:
+        props.update(parse_properties(Path(config_file).read_text(), config_file))
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+        props[key.strip()] = value.strip()
+    return ServerConfig.from_properties(props)
+
+
+async def _discover_assignors(client: AssignorClient) -> dict[str, tuple[int, int]]:
+    try:
+        return await client.list_assignors(timeout_s=10.0)
+    except Exception as e:  # the service may start after us: fall back to what it ships with
+        from services.assignor import list_assignors
+
+        log.warning("assignor service at %s not reachable (%s); assuming its built-in assignors", client.address, e)
+        return {a.name: (a.minimum_version, a.maximum_version) for a in list_assignors()}
+
+
+async def serve(args: argparse.Namespace) -> int:
+    config = load_server_config(args.config, args.set)
+    url = args.database or default_sqlite_url()
+    storage = Storage(url)
+    await asyncio.to_thread(storage.open)
+    assignor = AssignorClient(args.assignor_address) if args.assignor_address else None
+    service_assignors = await _discover_assignors(assignor) if assignor else None
+    coordinator = GroupCoordinator(config, service_assignors)
+    runtime = CoordinatorRuntime(coordinator, storage, assignor=assignor)
+    await runtime.start()
+    running = await start_server(runtime, args.listen, args.metrics_listen or None)
+    host = args.listen.rpartition(":")[0]
+    print(f"connect-coordinator listening on {host}:{running.port}", flush=True)
+    if running.metrics_port:
+        log.info(
+            "metrics on http://%s:%d/metrics", (args.metrics_listen or "").rpartition(":")[0], running.metrics_port
+        )
+    mode = f"by the assignor service at {args.assignor_address}" if assignor else "by the workers (client-side mode)"
+    log.info("database %s; assignments computed %s", url.rpartition("@")[2], mode)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await running.stop(grace_s=5.0)
+    await runtime.stop()
+    await asyncio.to_thread(storage.close)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        return asyncio.run(serve(args))
+    except ValueError as e:
+        print(f"connect-coordinator: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Prometheus metrics of the coordinator: KIP-848's group-coordinator metrics translated to this system.
+
+Names follow Prometheus conventions: one prefix, base units, `_total` counters, histograms for
+latencies, and no label with unbounded values (no group, member or task ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from services.coordinator.state import GROUP_STATES, CoordinatorState
+
+PREFIX = "connect_coordinator"
+
+# The *_created series double the exposition size and carry nothing an operator needs here.
+disable_created_metrics()
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class _GroupCollector(Collector):
+    """Counts groups by type and by state at scrape time (no bookkeeping on the hot path)."""
+
+    def __init__(self, state: Callable[[], CoordinatorState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        groups = list(self._state().groups.values())
+        by_type = GaugeMetricFamily(f"{PREFIX}_groups", "Groups by type.", labels=["type"])
+        types: dict[str, int] = {}
+        for g in groups:
+            types[g.meta.group_type] = types.get(g.meta.group_type, 0) + 1
+        for t, n in sorted(types.items()):
+            by_type.add_metric([t], n)
+        yield by_type
+        by_state = GaugeMetricFamily(f"{PREFIX}_connect_groups", "Connect groups by state.", labels=["state"])
+        counts = dict.fromkeys(GROUP_STATES, 0)
+        for g in groups:
+            counts[g.state()] += 1
+        for s, n in counts.items():
+            by_state.add_metric([s.lower()], n)
+        yield by_state
+        members = GaugeMetricFamily(f"{PREFIX}_members", "Members across all groups.")
+        members.add_metric([], sum(len(g.members) for g in groups))
+        yield members
+
+
+class CoordinatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.rpc_duration = Histogram(
+            f"{PREFIX}_rpc_duration_seconds",
+            "RPC handling time, until the response is durable.",
+            ["method"],
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.rpc_results = Counter(
+            f"{PREFIX}_rpc_results_total", "RPC results by method and error code.", ["method", "error_code"], registry=r
+        )
+        self.rebalances = Counter(
+            f"{PREFIX}_rebalances_total",
+            "Group epoch bumps (each asks for a new target assignment).",
+            ["reason"],
+            registry=r,
+        )
+        self.assignment_duration = Histogram(
+            f"{PREFIX}_assignment_duration_seconds",
+            "From requesting a target assignment to installing it.",
+            ["executor"],
+            registry=r,
+            buckets=SLOW_BUCKETS,
+        )
+        self.assignment_results = Counter(
+            f"{PREFIX}_assignments_total",
+            "Target assignments by executor and result.",
+            ["executor", "result"],
+            registry=r,
+        )
+        self.moved_items = Counter(
+            f"{PREFIX}_moved_items_total", "Connectors and tasks whose target owner changed.", registry=r
+        )
+        self.convergence_duration = Histogram(
+            f"{PREFIX}_convergence_duration_seconds",
+            "From a group epoch bump until the group is Stable again.",
+            registry=r,
+            buckets=SLOW_BUCKETS,
+        )
+        self.member_events = Counter(
+            f"{PREFIX}_member_events_total", "Members joined, left, fenced, expired.", ["event"], registry=r
+        )
+        self.storage_commit = Histogram(
+            f"{PREFIX}_storage_commit_duration_seconds",
+            "Time to write one batch of records (group commit).",
+            registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.storage_batch_records = Histogram(
+            f"{PREFIX}_storage_batch_records",
+            "Records per committed batch.",
+            registry=r,
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
+        )
+        self.storage_failures = Counter(
+            f"{PREFIX}_storage_failures_total", "Failed commits (each reloads state from storage).", registry=r
+        )
+        self.event_queue_size = Gauge(
+            f"{PREFIX}_event_queue_size", "Records applied in memory and waiting to be committed.", registry=r
+        )
+        self.load_duration = Gauge(
+            f"{PREFIX}_shard_load_duration_seconds", "Time the last load of the state from storage took.", registry=r
+        )
+        self.loop_busy_ratio = Gauge(
+            f"{PREFIX}_event_loop_busy_ratio",
+            "Share of the last interval the event loop spent handling events.",
+            registry=r,
+        )
+        self.assignor_calls = Counter(
+            f"{PREFIX}_assignor_calls_total", "Calls to the assignor service by result.", ["result"], registry=r
+        )
+
+    def watch_state(self, state: Callable[[], CoordinatorState]) -> None:
+        self.registry.register(_GroupCollector(state))

@@ -1,0 +1,368 @@
+"""The coordinator's shell: one asyncio event loop owns the groups; handlers run on it one at a time.
+
+For each request: run the pure handler (its records are applied to memory as it emits them), hand
+the records to the writer, and answer only once they are durable. The writer commits everything
+that accumulated while the previous commit ran in ONE transaction (group commit), off the loop in a
+thread so heartbeats keep flowing. A request that writes nothing still waits until everything it
+could have seen is durable, so no response ever reveals uncommitted state. If a commit fails, the
+state is reloaded from storage (memory never diverges from SQL) and the affected requests get
+COORDINATOR_NOT_AVAILABLE; while loading, requests get COORDINATOR_LOAD_IN_PROGRESS.
+
+Timers (sessions, revocations, delayed rebalances, ...) fire when the timer task polls the core.
+In service mode the runtime calls the assignor service for the assignments the core asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.records import EventType, RebalanceEvent, Record
+from services.coordinator.state import STABLE
+from services.storage import Storage
+
+log = logging.getLogger("connect.coordinator")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class NotAvailable(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# Retries of UNAVAILABLE through the channel's service config (grpc's own retry machinery).
+ASSIGNOR_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "connect.coordinator.v1.ConnectAssignor"}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class AssignorClient:
+    """The assignor service, called with a deadline; UNAVAILABLE is retried by the channel."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.service_config", ASSIGNOR_SERVICE_CONFIG),
+                ("grpc.enable_retries", 1),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        self._stub = assignor_pb2_grpc.ConnectAssignorStub(self._channel)
+
+    async def assign(self, request: assignor_pb2.AssignRequest, timeout_s: float) -> assignor_pb2.AssignResponse:
+        return await self._stub.Assign(request, timeout=timeout_s)
+
+    async def list_assignors(self, timeout_s: float = 5.0) -> dict[str, tuple[int, int]]:
+        resp = await self._stub.ListAssignors(
+            assignor_pb2.ListAssignorsRequest(), timeout=timeout_s, wait_for_ready=True
+        )
+        return {a.name: (a.minimum_version, a.maximum_version) for a in resp.assignors}
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        storage: Storage,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        assignor: AssignorClient | None = None,
+        metrics: CoordinatorMetrics | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.storage = storage
+        self.clock = clock
+        self.assignor = assignor
+        self.metrics = metrics or CoordinatorMetrics()
+        self.metrics.watch_state(lambda: self.coordinator.state)
+        self.loaded = False
+        self._pending: list[Record] = []
+        self._pending_future: asyncio.Future[None] | None = None
+        self._writing_future: asyncio.Future[None] | None = None
+        self._writer_wakeup = asyncio.Event()
+        self._timer_wakeup = asyncio.Event()
+        self._timer_deadline: int | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._assignment_tasks: set[asyncio.Task[Any]] = set()
+        self._unstable_since: dict[str, int] = {}
+        self._busy_ns = 0
+        self._stopping = False
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._load()
+        self._tasks = [
+            asyncio.create_task(self._writer(), name="writer"),
+            asyncio.create_task(self._timers(), name="timers"),
+        ]
+        self._tasks.append(asyncio.create_task(self._loop_monitor(), name="loop-monitor"))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self.barrier()
+        for task in [*self._tasks, *self._assignment_tasks]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._assignment_tasks, return_exceptions=True)
+        if self.assignor is not None:
+            await self.assignor.close()
+
+    async def _load(self) -> None:
+        self.loaded = False
+        started = time.perf_counter()
+        records = await asyncio.to_thread(self.storage.load)
+        result = self.coordinator.load(records, self.clock())
+        self.metrics.load_duration.set(time.perf_counter() - started)
+        self.loaded = True
+        log.info(
+            "loaded %d groups from storage in %.3fs", len(self.coordinator.state.groups), time.perf_counter() - started
+        )
+        if result.records:
+            await self._commit(result.records)
+        self._after_handler()
+
+    # ---- request path ----------------------------------------------------------------------
+
+    async def handle(self, handler: Callable[[Any, int], Result], request: Any) -> Any:
+        """Run a state-changing handler and return its response once its records are durable."""
+        if not self.loaded:
+            raise NotAvailable(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its state")
+        started = time.perf_counter_ns()
+        try:
+            result = handler(request, self.clock())
+        except Exception:
+            # A bug: memory may hold part of the handler's records. Reload what is durable.
+            log.exception("handler %s failed; reloading state from storage", getattr(handler, "__name__", handler))
+            await self._recover()
+            raise NotAvailable(
+                ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; the coordinator reloaded its state"
+            ) from None
+        finally:
+            self._busy_ns += time.perf_counter_ns() - started
+        self._after_handler(result.records)
+        await self._commit(result.records)
+        return result.response
+
+    async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
+        """Run a read-only handler; answer once everything it could have seen is durable."""
+        if not self.loaded:
+            raise NotAvailable(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its state")
+        response = reader(request)
+        await self.barrier()
+        return response
+
+    async def barrier(self) -> None:
+        future = self._pending_future or self._writing_future
+        if future is not None:
+            await asyncio.shield(future)
+
+    async def _commit(self, records: list[Record]) -> None:
+        if not records:
+            try:
+                await self.barrier()
+            except Exception:
+                raise NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, "a storage write failed; retry") from None
+            return
+        self._pending.extend(records)
+        if self._pending_future is None:
+            self._pending_future = asyncio.get_running_loop().create_future()
+        future = self._pending_future
+        self.metrics.event_queue_size.set(len(self._pending))
+        self._writer_wakeup.set()
+        try:
+            await asyncio.shield(future)
+        except Exception:
+            raise NotAvailable(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the state change could not be stored; retry"
+            ) from None
+
+    async def _writer(self) -> None:
+        while True:
+            await self._writer_wakeup.wait()
+            self._writer_wakeup.clear()
+            if not self._pending:
+                continue
+            batch, future = self._pending, self._pending_future
+            self._pending, self._pending_future = [], None
+            assert future is not None
+            self._writing_future = future
+            self.metrics.event_queue_size.set(0)
+            started = time.perf_counter()
+            try:
+                await asyncio.to_thread(self.storage.write, batch)
+            except Exception as e:
+                log.exception("storage write of %d records failed; reloading state", len(batch))
+                self.metrics.storage_failures.inc()
+                # Everything applied after this batch was built on it: fail those requests too.
+                later, self._pending_future = self._pending_future, None
+                self._pending = []
+                future.set_exception(e)
+                if later is not None:
+                    later.set_exception(e)
+                self._writing_future = None
+                await self._recover()
+                continue
+            self.metrics.storage_commit.observe(time.perf_counter() - started)
+            self.metrics.storage_batch_records.observe(len(batch))
+            self._writing_future = None
+            future.set_result(None)
+
+    async def _recover(self) -> None:
+        for attempt in range(1_000_000):
+            try:
+                await self._load()
+                return
+            except Exception:
+                log.exception("reloading state from storage failed (attempt %d)", attempt + 1)
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+
+    # ---- after each state change -------------------------------------------------------------
+
+    def _after_handler(self, records: list[Record] | None = None) -> None:
+        if records:
+            self._observe(records)
+        for job in self.coordinator.take_service_assignments():
+            task = asyncio.create_task(self._run_service_assignment(job))
+            self._assignment_tasks.add(task)
+            task.add_done_callback(self._assignment_tasks.discard)
+        deadline = self.coordinator.next_deadline()
+        if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
+            self._timer_wakeup.set()
+
+    def _observe(self, records: list[Record]) -> None:
+        now = self.clock()
+        touched: set[str] = set()
+        for r in records:
+            if not isinstance(r, RebalanceEvent):
+                touched.add(getattr(r, "group_id", ""))
+                continue
+            if r.event == EventType.GROUP_EPOCH_BUMPED:
+                self.metrics.rebalances.labels(r.details.get("reason", "unknown")).inc()
+                self._unstable_since.setdefault(r.group_id, r.time_ms)
+            elif r.event in (
+                EventType.MEMBER_JOINED,
+                EventType.MEMBER_LEFT,
+                EventType.MEMBER_FENCED,
+                EventType.MEMBER_EXPIRED,
+            ):
+                self.metrics.member_events.labels(r.event).inc()
+            elif r.event == EventType.ASSIGNMENT_INSTALLED:
+                executor = "service" if r.details.get("executor") == "service" else "worker"
+                self.metrics.assignment_duration.labels(executor).observe(r.details.get("latency_ms", 0) / 1000)
+                self.metrics.assignment_results.labels(executor, "installed").inc()
+                self.metrics.moved_items.inc(r.details.get("moved_items", 0))
+            elif r.event == EventType.ASSIGNMENT_FAILED:
+                executor = "service" if r.details.get("executor") == "service" else "worker"
+                self.metrics.assignment_results.labels(executor, "failed").inc()
+        # Convergence: checked only for groups whose state just changed (never on idle heartbeats).
+        for gid in touched & self._unstable_since.keys():
+            group = self.coordinator.state.groups.get(gid)
+            if group is None:
+                del self._unstable_since[gid]
+            elif group.state() == STABLE:
+                self.metrics.convergence_duration.observe((now - self._unstable_since.pop(gid)) / 1000)
+
+    # ---- timers ------------------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        while True:
+            deadline = self.coordinator.next_deadline()
+            self._timer_deadline = deadline
+            timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wakeup.wait(), timeout)
+            self._timer_wakeup.clear()
+            if not self.loaded:
+                continue
+            try:
+                await self.handle(lambda _req, now: self.coordinator.poll(now), None)
+            except NotAvailable:
+                pass
+            except Exception:
+                log.exception("timer handling failed")
+
+    async def _loop_monitor(self, interval_s: float = 5.0) -> None:
+        while True:
+            busy_before, started = self._busy_ns, time.perf_counter_ns()
+            await asyncio.sleep(interval_s)
+            elapsed = time.perf_counter_ns() - started
+            self.metrics.loop_busy_ratio.set(min(1.0, (self._busy_ns - busy_before) / elapsed) if elapsed else 0.0)
+
+    # ---- service-mode assignments -----------------------------------------------------------
+
+    async def _run_service_assignment(self, job: ServiceAssignment) -> None:
+        timeout_s = self.coordinator.config.assignor_timeout_ms / 1000
+        if self.assignor is None:
+            await self._report_failure(job, "no assignor service configured")
+            return
+        try:
+            response = await self.assignor.assign(job.request, timeout_s)
+        except grpc.aio.AioRpcError as e:
+            self.metrics.assignor_calls.labels(e.code().name.lower()).inc()
+            log.warning("assignor service call for group %s failed: %s %s", job.group_id, e.code().name, e.details())
+            await self._report_failure(job, f"assignor service: {e.code().name} {e.details()}")
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # connection setup errors and the like
+            self.metrics.assignor_calls.labels("error").inc()
+            await self._report_failure(job, f"assignor service: {e}")
+            return
+        self.metrics.assignor_calls.labels("ok" if response.error == 0 else "assignor_error").inc()
+        try:
+            code = await self.handle(
+                lambda resp, now: self.coordinator.complete_service_assignment(
+                    job.group_id, job.group_epoch, resp, now
+                ),
+                response,
+            )
+            if code != ErrorCode.NONE:
+                log.warning(
+                    "assignment from the assignor service for group %s was rejected: %s",
+                    job.group_id,
+                    ErrorCode.Name(code),
+                )
+        except NotAvailable:
+            pass
+
+    async def _report_failure(self, job: ServiceAssignment, why: str) -> None:
+        with contextlib.suppress(NotAvailable):
+            await self.handle(
+                lambda _r, now: self.coordinator.fail_service_assignment(job.group_id, job.group_epoch, why, now), None
+            )
