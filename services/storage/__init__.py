@@ -1,0 +1,9 @@
+"""Durable coordinator state in SQL (SQLite embedded default, PostgreSQL in production).
+
+The coordinator's state changes only through records (``services.coordinator.records``);
+``Storage`` writes batches of them atomically and loads them back for replay.
+"""
+
+from services.storage.repository import Storage, StorageError, StoredEvent, compact, default_sqlite_url
+
+__all__ = ["Storage", "StorageError", "StoredEvent", "compact", "default_sqlite_url"]

@@ -1,0 +1,335 @@
+"""Records <-> table rows.
+
+Each state record type has a table, the names of its key columns, a function that turns the
+record's key and value into bind parameters, and a function that turns a selected row (columns in
+``table.c`` order) back into the record. Bytes inside JSON (assignor metadata) are base64.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table
+
+from services.common.items import Items
+from services.coordinator.records import (
+    AssignorSpec,
+    ConnectorRecord,
+    CurrentAssignment,
+    CurrentAssignmentValue,
+    GroupConfig,
+    GroupMetadata,
+    GroupMetadataValue,
+    HeldAssignment,
+    MemberMetadata,
+    MemberMetadataValue,
+    RebalanceEvent,
+    Record,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
+)
+from services.storage import models
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TableCodec:
+    table: Table
+    key_columns: tuple[str, ...]
+    is_tombstone: Callable[[Any], bool]
+    key: Callable[[Any], tuple[Any, ...]]
+    to_params: Callable[[Any], Params]
+    from_row: Callable[[Sequence[Any]], Record]
+
+
+def _bytes(value: Any) -> bytes:
+    # psycopg2 hands back memoryview for bytea; SQLite gives bytes.
+    return value if isinstance(value, bytes) else bytes(value)
+
+
+def items_json(items: Items) -> dict[str, Any]:
+    # Most revoking sets are empty; skip Items.to_json's sorting for them (same output).
+    return items.to_json() if items else {"connectors": [], "tasks": []}
+
+
+def assignors_to_json(specs: Sequence[AssignorSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": s.name,
+            "minimum_version": s.minimum_version,
+            "maximum_version": s.maximum_version,
+            "reason": s.reason,
+            "version": s.version,
+            "metadata": base64.b64encode(s.metadata).decode("ascii"),
+        }
+        for s in specs
+    ]
+
+
+def assignors_from_json(data: Sequence[dict[str, Any]]) -> tuple[AssignorSpec, ...]:
+    return tuple(
+        AssignorSpec(
+            name=d["name"],
+            minimum_version=int(d["minimum_version"]),
+            maximum_version=int(d["maximum_version"]),
+            reason=int(d.get("reason", 0)),
+            version=int(d.get("version", 0)),
+            metadata=base64.b64decode(d.get("metadata", "")),
+        )
+        for d in data
+    )
+
+
+# ---- per record type --------------------------------------------------------------------------
+
+
+def _group_params(r: GroupMetadata) -> Params:
+    v = r.value
+    assert v is not None
+    return {"group_id": r.group_id, "group_type": v.group_type, "group_epoch": v.epoch, "created_ms": v.created_ms}
+
+
+def _group_row(row: Sequence[Any]) -> Record:
+    group_id, group_type, epoch, created_ms = row
+    return GroupMetadata(group_id, GroupMetadataValue(epoch=epoch, group_type=group_type, created_ms=created_ms))
+
+
+def _connector_params(r: ConnectorRecord) -> Params:
+    return {"group_id": r.group_id, "connector": r.connector, "task_count": r.task_count}
+
+
+def _connector_row(row: Sequence[Any]) -> Record:
+    group_id, connector, task_count = row
+    return ConnectorRecord(group_id, connector, task_count)
+
+
+def _member_params(r: MemberMetadata) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "member_id": r.member_id,
+        "instance_id": v.instance_id,
+        "url": v.url,
+        "client_id": v.client_id,
+        "rebalance_timeout_ms": v.rebalance_timeout_ms,
+        "assignors": assignors_to_json(v.assignors),
+        "joined_ms": v.joined_ms,
+    }
+
+
+def _member_row(row: Sequence[Any]) -> Record:
+    group_id, member_id, instance_id, url, client_id, rebalance_timeout_ms, assignors, joined_ms = row
+    return MemberMetadata(
+        group_id,
+        member_id,
+        MemberMetadataValue(
+            instance_id=instance_id,
+            url=url,
+            client_id=client_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            assignors=assignors_from_json(assignors),
+            joined_ms=joined_ms,
+        ),
+    )
+
+
+def _target_member_params(r: TargetMember) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "member_id": r.member_id,
+        "items": items_json(v.items),
+        "error": v.error,
+        "version": v.version,
+        "metadata": v.metadata,
+    }
+
+
+def _target_member_row(row: Sequence[Any]) -> Record:
+    group_id, member_id, items, error, version, metadata = row
+    return TargetMember(
+        group_id,
+        member_id,
+        TargetMemberValue(items=Items.from_json(items), error=error, version=version, metadata=_bytes(metadata)),
+    )
+
+
+def _target_params(r: TargetMetadata) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "assignment_epoch": v.assignment_epoch,
+        "error": v.error,
+        "assignor_name": v.assignor_name,
+        "assignor_state": v.assignor_state,
+        "scheduled_rebalance_ms": v.scheduled_rebalance_ms,
+    }
+
+
+def _target_row(row: Sequence[Any]) -> Record:
+    group_id, assignment_epoch, error, assignor_name, assignor_state, scheduled_rebalance_ms = row
+    return TargetMetadata(
+        group_id,
+        TargetMetadataValue(
+            assignment_epoch=assignment_epoch,
+            error=error,
+            assignor_name=assignor_name,
+            assignor_state=_bytes(assignor_state),
+            scheduled_rebalance_ms=scheduled_rebalance_ms,
+        ),
+    )
+
+
+def _assignment_params(r: CurrentAssignment) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "member_id": r.member_id,
+        "member_epoch": v.member_epoch,
+        "previous_member_epoch": v.previous_member_epoch,
+        "state": v.state,
+        "assigned": items_json(v.assigned),
+        "revoking": items_json(v.revoking),
+        "error": v.error,
+        "version": v.version,
+        "metadata": v.metadata,
+    }
+
+
+def _assignment_row(row: Sequence[Any]) -> Record:
+    group_id, member_id, member_epoch, previous_member_epoch, state, assigned, revoking, error, version, metadata = row
+    return CurrentAssignment(
+        group_id,
+        member_id,
+        CurrentAssignmentValue(
+            member_epoch=member_epoch,
+            previous_member_epoch=previous_member_epoch,
+            state=state,
+            assigned=Items.from_json(assigned),
+            revoking=Items.from_json(revoking),
+            error=error,
+            version=version,
+            metadata=_bytes(metadata),
+        ),
+    )
+
+
+def _held_params(r: HeldAssignment) -> Params:
+    assert r.items is not None
+    return {"group_id": r.group_id, "member_id": r.member_id, "items": items_json(r.items)}
+
+
+def _held_row(row: Sequence[Any]) -> Record:
+    group_id, member_id, items = row
+    return HeldAssignment(group_id, member_id, Items.from_json(items))
+
+
+def _config_params(r: GroupConfig) -> Params:
+    return {"group_id": r.group_id, "name": r.name, "value": r.value}
+
+
+def _config_row(row: Sequence[Any]) -> Record:
+    group_id, name, value = row
+    return GroupConfig(group_id, name, value)
+
+
+def event_params(r: RebalanceEvent) -> Params:
+    return {
+        "group_id": r.group_id,
+        "time_ms": r.time_ms,
+        "event": r.event,
+        "member_id": r.member_id,
+        "group_epoch": r.group_epoch,
+        "assignment_epoch": r.assignment_epoch,
+        "member_epoch": r.member_epoch,
+        "details": r.details,
+    }
+
+
+def event_from_row(row: Sequence[Any]) -> tuple[int, RebalanceEvent]:
+    """A selected ``rebalance_events`` row (columns in table order) as (id, record)."""
+    event_id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details = row
+    return event_id, RebalanceEvent(
+        group_id=group_id,
+        time_ms=time_ms,
+        event=event,
+        member_id=member_id,
+        group_epoch=group_epoch,
+        assignment_epoch=assignment_epoch,
+        member_epoch=member_epoch,
+        details=details if details is not None else {},
+    )
+
+
+def _codec(
+    model: type[models.Base],
+    key: Callable[[Any], tuple[Any, ...]],
+    is_tombstone: Callable[[Any], bool],
+    to_params: Callable[[Any], Params],
+    from_row: Callable[[Sequence[Any]], Record],
+) -> TableCodec:
+    table = models.table_of(model)
+    return TableCodec(
+        table=table,
+        key_columns=tuple(c.name for c in table.primary_key.columns),
+        is_tombstone=is_tombstone,
+        key=key,
+        to_params=to_params,
+        from_row=from_row,
+    )
+
+
+# Replay order within a group (load() emits records in this order): the group first, then its
+# configuration and inputs, then the target, then the members' current and held work.
+CODECS: dict[type, TableCodec] = {
+    GroupMetadata: _codec(
+        models.GroupRow, lambda r: (r.group_id,), lambda r: r.value is None, _group_params, _group_row
+    ),
+    GroupConfig: _codec(
+        models.GroupConfigRow, lambda r: (r.group_id, r.name), lambda r: r.value is None, _config_params, _config_row
+    ),
+    ConnectorRecord: _codec(
+        models.GroupConnectorRow,
+        lambda r: (r.group_id, r.connector),
+        lambda r: r.task_count is None,
+        _connector_params,
+        _connector_row,
+    ),
+    MemberMetadata: _codec(
+        models.MemberRow, lambda r: (r.group_id, r.member_id), lambda r: r.value is None, _member_params, _member_row
+    ),
+    TargetMember: _codec(
+        models.TargetAssignmentMemberRow,
+        lambda r: (r.group_id, r.member_id),
+        lambda r: r.value is None,
+        _target_member_params,
+        _target_member_row,
+    ),
+    TargetMetadata: _codec(
+        models.TargetAssignmentRow, lambda r: (r.group_id,), lambda r: r.value is None, _target_params, _target_row
+    ),
+    CurrentAssignment: _codec(
+        models.MemberAssignmentRow,
+        lambda r: (r.group_id, r.member_id),
+        lambda r: r.value is None,
+        _assignment_params,
+        _assignment_row,
+    ),
+    HeldAssignment: _codec(
+        models.HeldAssignmentRow,
+        lambda r: (r.group_id, r.member_id),
+        lambda r: r.items is None,
+        _held_params,
+        _held_row,
+    ),
+}
