@@ -1,0 +1,5 @@
+"""Shared pytest configuration. Fixture plugins are listed here; append, do not reorder."""
+
+pytest_plugins = [
+    "tests.fixtures.postgres",
+]
