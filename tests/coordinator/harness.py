@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
+from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
 from services.coordinator.config import ServerConfig
@@ -53,7 +53,8 @@ def items(*names: str) -> Items:
 def assignors_proto(*specs: tuple[str, int, int], reason: int = 0) -> common_pb2.ClientAssignors:
     return common_pb2.ClientAssignors(
         assignors=[
-            common_pb2.Assignor(name=n, minimum_version=lo, maximum_version=hi, version=hi, reason=reason) for n, lo, hi in specs
+            common_pb2.Assignor(name=n, minimum_version=lo, maximum_version=hi, version=hi, reason=reason)
+            for n, lo, hi in specs
         ]
     )
 
@@ -80,8 +81,61 @@ class Context:
         self._apply(result)
         return result.records
 
+    def call(self, method: str, request: Any) -> Any:
+        """Send a raw request to a handler (`heartbeat`, `prepare_assignment`, `put_connector`, ...)."""
+        return self._apply(getattr(self.coordinator, method)(request, self.now))
+
     def group(self, gid: str = "g") -> Group:
         return self.coordinator.state.groups[gid]
+
+    def durable(self) -> dict[str, Any]:
+        """The durable state of every group (what the stored records describe), for before/after checks."""
+        return durable_view(self.coordinator.state)
+
+    def restart(self) -> None:
+        """A coordinator restart: a fresh instance loads the compacted record log (volatile state is lost)."""
+        ids = self.coordinator.new_member_id
+        self.coordinator = GroupCoordinator(self.config, self.service_assignors, new_member_id=ids)
+        self._apply(self.coordinator.load(compact(self.log), self.now))
+
+    def converge(self, gid: str = "g", rounds: int = 10) -> None:
+        """Heartbeat every live member as a well-behaved, up-to-date worker (owned = what it was told
+        to run, so revocations are acknowledged at once) until nothing changes any more."""
+        for _ in range(rounds):
+            before = self.durable()
+            for mid, m in list(self.group(gid).members.items()):
+                if m.member_epoch >= 0:
+                    self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned)
+            if self.durable() == before:
+                return
+        raise AssertionError(f"group {gid} did not converge: {self.snapshot(gid)}")
+
+    def keepalive(self, ms: int, members: Iterable[str], gid: str = "g") -> None:
+        """Let `ms` pass in heartbeat-interval steps; the listed members heartbeat (as up-to-date
+        workers) after each step, the others stay silent."""
+        step = self.coordinator.heartbeat_interval_ms(self.group(gid))
+        left = ms
+        while left > 0:
+            self.sleep(min(step, left))
+            left -= step
+            for mid in members:
+                m = self.group(gid).members.get(mid)
+                if m is not None and m.member_epoch >= 0:
+                    self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned)
+
+    def service_compute(
+        self, targets: dict[str, Items], group_id: str = "g", *, error: int = 0, delay_ms: int = 0
+    ) -> assignor_pb2.AssignRequest:
+        """Act as the assignor service (service mode): take the queued Assign call, answer with `targets`."""
+        queued = [s for s in self.coordinator.take_service_assignments() if s.group_id == group_id]
+        assert len(queued) == 1, queued
+        call = queued[0]
+        resp = assignor_pb2.AssignResponse(error=error, rebalance_delay_ms=delay_ms)
+        for mid, its in targets.items():
+            its.to_proto(resp.members.add(member_id=mid).connectors_and_tasks)
+        code = self._apply(self.coordinator.complete_service_assignment(group_id, call.group_epoch, resp, self.now))
+        assert code == ErrorCode.NONE, code
+        return call.request
 
     # -- RPCs
     def heartbeat(
@@ -116,7 +170,9 @@ class Context:
             req.url = url
         return self._apply(self.coordinator.heartbeat(req, self.now))
 
-    def join(self, member_id: str = "", group_id: str = "g", **kw: Any) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+    def join(
+        self, member_id: str = "", group_id: str = "g", **kw: Any
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
         resp = self.heartbeat(member_id, 0, group_id, **kw)
         assert resp.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), resp
         return resp
@@ -124,7 +180,9 @@ class Context:
     def prepare(self, member_id: str, group_id: str = "g", epoch: int | None = None):  # type: ignore[no-untyped-def]
         if epoch is None:
             epoch = self.group(group_id).members[member_id].member_epoch
-        req = coordinator_pb2.ConnectGroupPrepareAssignmentRequest(group_id=group_id, member_id=member_id, member_epoch=epoch)
+        req = coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
+            group_id=group_id, member_id=member_id, member_epoch=epoch
+        )
         return self._apply(self.coordinator.prepare_assignment(req, self.now))
 
     def install(
@@ -168,15 +226,21 @@ class Context:
 
     def put_connector(self, name: str, tasks: int, group_id: str = "g") -> admin_pb2.PutConnectorResponse:
         return self._apply(
-            self.coordinator.put_connector(admin_pb2.PutConnectorRequest(group_id=group_id, connector=name, task_count=tasks), self.now)
+            self.coordinator.put_connector(
+                admin_pb2.PutConnectorRequest(group_id=group_id, connector=name, task_count=tasks), self.now
+            )
         )
 
     def delete_connector(self, name: str, group_id: str = "g") -> admin_pb2.DeleteConnectorResponse:
         return self._apply(
-            self.coordinator.delete_connector(admin_pb2.DeleteConnectorRequest(group_id=group_id, connector=name), self.now)
+            self.coordinator.delete_connector(
+                admin_pb2.DeleteConnectorRequest(group_id=group_id, connector=name), self.now
+            )
         )
 
-    def alter_configs(self, group_id: str = "g", delete: Iterable[str] = (), **set_: str) -> admin_pb2.AlterConfigsResponse:
+    def alter_configs(
+        self, group_id: str = "g", delete: Iterable[str] = (), **set_: str
+    ) -> admin_pb2.AlterConfigsResponse:
         req = admin_pb2.AlterConfigsRequest(group_id=group_id, delete=list(delete))
         for k, v in set_.items():
             req.set.add(name=k.replace("_", "."), value=v)
@@ -192,7 +256,8 @@ class Context:
             "target_epoch": g.assignment_epoch,
             "target": {m: str(tv.items) for m, tv in sorted(g.target_members.items())},
             "assignments": {
-                m: (mem.member_epoch, str(mem.current.assigned), str(g.pending_of(mem))) for m, mem in sorted(g.members.items())
+                m: (mem.member_epoch, str(mem.current.assigned), str(g.pending_of(mem)))
+                for m, mem in sorted(g.members.items())
             },
             "state": g.state(),
         }
@@ -202,19 +267,24 @@ class Context:
 
     def check_recovery(self) -> None:
         """Replaying the compacted record log gives exactly the live durable state."""
-        compacted: dict[Any, Record] = {}
-        for r in self.log:
-            key = record_key(r)
-            if key is None:
-                continue
-            if key[0] == "group" and getattr(r, "value", 1) is None:
-                gid = key[1]
-                compacted = {k: v for k, v in compacted.items() if k[1] != gid}
-            compacted[key] = r
         fresh = CoordinatorState()
-        for r in compacted.values():
+        for r in compact(self.log):
             fresh.replay(r)
         assert durable_view(fresh) == durable_view(self.coordinator.state)
+
+
+def compact(log: Iterable[Record]) -> list[Record]:
+    """The record log as the store keeps it: the last record per key; a group tombstone deletes the group's rows."""
+    compacted: dict[Any, Record] = {}
+    for r in log:
+        key = record_key(r)
+        if key is None:
+            continue
+        if key[0] == "group" and getattr(r, "value", 1) is None:
+            gid = key[1]
+            compacted = {k: v for k, v in compacted.items() if k[1] != gid}
+        compacted[key] = r
+    return list(compacted.values())
 
 
 def durable_view(state: CoordinatorState) -> dict[str, Any]:
