@@ -15,7 +15,7 @@ from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordina
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
 from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator, Result
+from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.records import RebalanceEvent, Record, record_key
 from services.coordinator.state import CoordinatorState, Group
 
@@ -69,6 +69,7 @@ class Context:
     def __post_init__(self) -> None:
         ids = itertools.count(1)
         self.coordinator = GroupCoordinator(self.config, self.service_assignors, new_member_id=lambda: f"m{next(ids)}")
+        self._service_calls: list[ServiceAssignment] = []
 
     # -- plumbing
     def _apply(self, result: Result) -> Any:
@@ -96,6 +97,7 @@ class Context:
         """A coordinator restart: a fresh instance loads the compacted record log (volatile state is lost)."""
         ids = self.coordinator.new_member_id
         self.coordinator = GroupCoordinator(self.config, self.service_assignors, new_member_id=ids)
+        self._service_calls = []
         self._apply(self.coordinator.load(compact(self.log), self.now))
 
     def converge(self, gid: str = "g", rounds: int = 10) -> None:
@@ -123,19 +125,25 @@ class Context:
                 if m is not None and m.member_epoch >= 0:
                     self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned)
 
+    def service_request(self, group_id: str = "g") -> assignor_pb2.AssignRequest:
+        """The Assign call the coordinator has queued for the assignor service (service mode), not yet answered."""
+        self._service_calls.extend(self.coordinator.take_service_assignments())
+        queued = [s for s in self._service_calls if s.group_id == group_id]
+        assert len(queued) == 1, queued
+        return queued[0].request
+
     def service_compute(
         self, targets: dict[str, Items], group_id: str = "g", *, error: int = 0, delay_ms: int = 0
     ) -> assignor_pb2.AssignRequest:
-        """Act as the assignor service (service mode): take the queued Assign call, answer with `targets`."""
-        queued = [s for s in self.coordinator.take_service_assignments() if s.group_id == group_id]
-        assert len(queued) == 1, queued
-        call = queued[0]
+        """Act as the assignor service (service mode): answer the queued Assign call with `targets`."""
+        request = self.service_request(group_id)
+        self._service_calls = [s for s in self._service_calls if s.group_id != group_id]
         resp = assignor_pb2.AssignResponse(error=error, rebalance_delay_ms=delay_ms)
         for mid, its in targets.items():
             its.to_proto(resp.members.add(member_id=mid).connectors_and_tasks)
-        code = self._apply(self.coordinator.complete_service_assignment(group_id, call.group_epoch, resp, self.now))
+        code = self._apply(self.coordinator.complete_service_assignment(group_id, request.group_epoch, resp, self.now))
         assert code == ErrorCode.NONE, code
-        return call.request
+        return request
 
     # -- RPCs
     def heartbeat(
