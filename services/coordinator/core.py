@@ -20,7 +20,6 @@ from typing import Any
 
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-
 from services.common.items import EMPTY, Items
 from services.coordinator import validation
 from services.coordinator.assignment import (
@@ -202,12 +201,14 @@ class GroupCoordinator:
                 replacing = holder
 
         lost_response = False
+        new_member = member is None
         if member is None:
             if not joining:
                 raise ApiError(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"member '{req.member_id}' is not a member of group '{gid}'; rejoin with member_epoch 0",
                 )
+            validation.check_join(req)
             member = self._join(sink, group, req, instance_id, replacing, now)
             group = self.state.groups[gid]
         else:
@@ -246,7 +247,7 @@ class GroupCoordinator:
             heartbeat_interval_ms=self.heartbeat_interval_ms(group),
             session_timeout_ms=self.session_timeout_ms(group),
         )
-        full_request = joining or (
+        full_request = new_member or (
             req.HasField("rebalance_timeout_ms") and req.HasField("client_assignors") and req.HasField("owned")
         )
         if full_request or lost_response or member.current is not before:

@@ -6,7 +6,7 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 
 
 class ApiError(Exception):
-    def __init__(self, code: "ErrorCode", message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

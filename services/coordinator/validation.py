@@ -6,7 +6,6 @@ Validation runs before a handler touches any state, so a bad request never chang
 from __future__ import annotations
 
 from connect.coordinator.v1 import common_pb2, coordinator_pb2
-
 from services.coordinator.errors import invalid
 
 MAX_ID_LENGTH = 255
@@ -78,15 +77,10 @@ def check_heartbeat(req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
         raise invalid("url must be at most 4096 characters")
     if req.HasField("client_id") and len(req.client_id) > MAX_ID_LENGTH:
         raise invalid(f"client_id must be at most {MAX_ID_LENGTH} characters")
-    if req.HasField("rebalance_timeout_ms"):
-        if req.rebalance_timeout_ms <= 0:
-            raise invalid(f"rebalance_timeout_ms must be > 0, got {req.rebalance_timeout_ms}")
-    elif joining:
-        raise invalid("rebalance_timeout_ms must be set (> 0) when joining (member_epoch 0)")
+    if req.HasField("rebalance_timeout_ms") and req.rebalance_timeout_ms <= 0:
+        raise invalid(f"rebalance_timeout_ms must be > 0, got {req.rebalance_timeout_ms}")
     if req.HasField("client_assignors"):
         check_assignors(req.client_assignors, "client_assignors.assignors")
-    elif joining:
-        raise invalid("client_assignors must be set when joining (member_epoch 0)")
     if req.HasField("owned"):
         check_items(req.owned, "owned")
 
@@ -108,3 +102,12 @@ def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest) -> 
         for i, m in enumerate(req.members):
             check_id(m.member_id, f"members[{i}].member_id")
             check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks")
+
+
+def check_join(req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
+    """What a new member's first heartbeat must carry. (A known member may heartbeat at epoch 0:
+    in client-side mode it stays there until the first target is installed.)"""
+    if not req.HasField("rebalance_timeout_ms"):
+        raise invalid("rebalance_timeout_ms must be set (> 0) when joining (member_epoch 0)")
+    if not req.HasField("client_assignors"):
+        raise invalid("client_assignors must be set when joining (member_epoch 0)")
