@@ -255,7 +255,7 @@ class Storage:
         try:
             with self._locked(), self._connect(write=True) as conn, conn.begin():
                 self._apply(conn, plan)
-        except SQLAlchemyError as e:
+        except Exception as e:  # database errors, and values the driver cannot encode: rolled back
             raise StorageError(f"write of {len(records)} records to {engine.url.get_backend_name()} failed: {e}") from e
 
     def _apply(self, conn: Connection, plan: _Plan) -> None:

@@ -1,0 +1,109 @@
+"""Sample records for the storage tests: one of every type, with awkward values."""
+
+from __future__ import annotations
+
+from services.common.items import Items
+from services.coordinator.records import (
+    AssignorSpec,
+    ConnectorRecord,
+    CurrentAssignment,
+    CurrentAssignmentValue,
+    GroupConfig,
+    GroupMetadata,
+    GroupMetadataValue,
+    HeldAssignment,
+    MemberMetadata,
+    MemberMetadataValue,
+    MemberState,
+    RebalanceEvent,
+    Record,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
+)
+
+BIG_MS = 2**53  # timestamps are BIGINT
+
+
+def group(group_id: str, epoch: int = 1) -> GroupMetadata:
+    return GroupMetadata(group_id, GroupMetadataValue(epoch=epoch, group_type="connect", created_ms=BIG_MS))
+
+
+def member(
+    group_id: str, member_id: str, *, instance_id: str | None = None, url: str = "http://w:8083"
+) -> MemberMetadata:
+    return MemberMetadata(
+        group_id,
+        member_id,
+        MemberMetadataValue(
+            instance_id=instance_id,
+            url=url,
+            client_id="client-" + member_id,
+            rebalance_timeout_ms=60_000,
+            assignors=(
+                AssignorSpec("incremental-cooperative", 1, 2, reason=1, version=2, metadata=b"\x00\xff\xfe binary"),
+                AssignorSpec("eager", 1, 1),
+            ),
+            joined_ms=BIG_MS + 1,
+        ),
+    )
+
+
+def assignment(group_id: str, member_id: str, epoch: int = 1, *, tasks: int = 2) -> CurrentAssignment:
+    return CurrentAssignment(
+        group_id,
+        member_id,
+        CurrentAssignmentValue(
+            member_epoch=epoch,
+            previous_member_epoch=epoch - 1,
+            state=MemberState.UNREVOKED_ITEMS,
+            assigned=Items.of(["conn-a"], [("conn-a", t) for t in range(tasks)]),
+            revoking=Items.of([], [("conn-b", 0)]),
+            error=0,
+            version=3,
+            metadata=b"\x01\x02",
+        ),
+    )
+
+
+def every_state_record(group_id: str = "g1") -> list[Record]:
+    """One record of every state type for ``group_id``, in load()'s replay order."""
+    return [
+        group(group_id, epoch=7),
+        GroupConfig(group_id, "group.connect.session.timeout.ms", "45000"),
+        ConnectorRecord(group_id, "conn-a", 3),
+        member(group_id, "m1", instance_id="worker-1"),
+        TargetMember(
+            group_id,
+            "m1",
+            TargetMemberValue(
+                items=Items.of(["conn-a"], [("conn-a", 0), ("conn-a", 2)]), error=0, version=1, metadata=b"meta"
+            ),
+        ),
+        TargetMetadata(
+            group_id,
+            TargetMetadataValue(
+                assignment_epoch=6,
+                error=5,
+                assignor_name="incremental-cooperative",
+                assignor_state=b"\x00state",
+                scheduled_rebalance_ms=BIG_MS + 2,
+            ),
+        ),
+        assignment(group_id, "m1", epoch=6),
+        HeldAssignment(group_id, "m0", Items.of(["conn-z"], [("conn-z", 4)])),
+    ]
+
+
+def event(group_id: str, n: int, name: str = "member_joined") -> RebalanceEvent:
+    return RebalanceEvent(
+        group_id=group_id,
+        time_ms=BIG_MS + n,
+        event=name,
+        member_id=f"m{n}",
+        group_epoch=n,
+        assignment_epoch=n - 1,
+        member_epoch=n - 2,
+        details={"n": n, "reason": "joined", "items": ["conn-a", ["conn-a", 0]], "nested": {"ok": True}},
+    )

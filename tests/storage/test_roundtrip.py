@@ -1,0 +1,193 @@
+"""Write/load round trips: every record type, tombstones, compaction, load order, the event log."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.items import Items
+from services.coordinator.records import (
+    STATE_RECORD_TYPES,
+    ConnectorRecord,
+    CurrentAssignment,
+    GroupConfig,
+    GroupMetadata,
+    HeldAssignment,
+    MemberMetadata,
+    Record,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
+    record_key,
+)
+from services.storage import Storage, StorageError
+from tests.storage.records import assignment, event, every_state_record, group, member
+
+REPLAY_ORDER = [
+    GroupMetadata,
+    GroupConfig,
+    ConnectorRecord,
+    MemberMetadata,
+    TargetMember,
+    TargetMetadata,
+    CurrentAssignment,
+    HeldAssignment,
+]
+
+
+def test_every_record_type_round_trips_in_replay_order(storage: Storage) -> None:
+    records = every_state_record("g1")
+    assert {type(r) for r in records} == set(STATE_RECORD_TYPES)
+    storage.write(list(reversed(records)))  # write order does not matter
+    assert storage.load() == records
+
+
+def test_awkward_values_round_trip(storage: Storage) -> None:
+    gid = "grp/ü 💥 'quoted' \"double\""
+    records: list[Record] = [
+        group(gid),
+        member(gid, "m-null-instance", instance_id=None, url=""),
+        ConnectorRecord(gid, "conn with spaces", 0),
+        GroupConfig(gid, "k", ""),
+        HeldAssignment(gid, "m", Items()),
+        TargetMember(gid, "m", TargetMemberValue(items=Items(), metadata=b"")),
+        TargetMetadata(gid, TargetMetadataValue(assignment_epoch=0)),
+    ]
+    storage.write(records)
+    assert set(storage.load()) == set(records)
+    assert storage.load(gid)[0] == group(gid)
+
+
+def test_load_groups_records_by_group_in_replay_order(storage: Storage) -> None:
+    g1, g2 = every_state_record("g1"), every_state_record("g2")
+    # Interleave the groups and reverse the types: load must still sort them out.
+    storage.write([r for pair in zip(reversed(g2), reversed(g1), strict=True) for r in pair])
+    loaded = storage.load()
+    assert loaded == g1 + g2
+    assert storage.load("g2") == g2
+    assert storage.load("missing") == []
+
+
+def test_load_order_with_many_rows_per_type(storage: Storage) -> None:
+    records: list[Record] = [group("g")]
+    for i in range(5):
+        records += [member("g", f"m{i}"), assignment("g", f"m{i}"), ConnectorRecord("g", f"c{i}", i)]
+    storage.write(records)
+    kinds = [REPLAY_ORDER.index(type(r)) for r in storage.load()]
+    assert kinds == sorted(kinds)
+
+
+@pytest.mark.parametrize("record_type", REPLAY_ORDER[1:])
+def test_tombstone_deletes_one_row(storage: Storage, record_type: type) -> None:
+    records = every_state_record("g1") + every_state_record("g2")
+    storage.write(records)
+    victim = next(r for r in records if type(r) is record_type and r.group_id == "g1")
+    storage.write([_tombstone(victim)])
+    assert storage.load() == [r for r in records if r is not victim]
+
+
+def test_tombstone_of_a_missing_row_is_a_no_op(storage: Storage) -> None:
+    storage.write([MemberMetadata("nope", "m", None), GroupMetadata("nope", None), ConnectorRecord("g", "c", None)])
+    assert storage.load() == []
+
+
+def test_group_tombstone_deletes_every_table_but_the_event_log(storage: Storage) -> None:
+    storage.write([*every_state_record("g1"), *every_state_record("g2"), event("g1", 1)])
+    storage.write([GroupMetadata("g1", None)])
+    assert storage.load() == every_state_record("g2")
+    assert [e.record for e in storage.read_events()] == [event("g1", 1)]
+    with storage.engine.connect() as conn:
+        for table in ("groups", "members", "member_assignments", "held_assignments", "group_configs"):
+            count = conn.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE group_id = 'g1'").scalar()
+            assert count == 0, table
+
+
+def test_group_deleted_and_recreated_in_one_batch(storage: Storage) -> None:
+    storage.write(every_state_record("g1") + every_state_record("g2"))
+    recreated: list[Record] = [group("g1", epoch=1), member("g1", "fresh")]
+    storage.write(
+        [
+            assignment("g1", "old", epoch=9),  # before the tombstone: gone with the group
+            GroupMetadata("g1", None),
+            *recreated,
+            assignment("g2", "also", epoch=3),  # another group in the same batch is unaffected
+        ]
+    )
+    assert storage.load("g1") == recreated
+    assert set(storage.load("g2")) == {*every_state_record("g2"), assignment("g2", "also", epoch=3)}
+
+
+def test_group_recreated_then_deleted_again_in_one_batch(storage: Storage) -> None:
+    storage.write(every_state_record("g1"))
+    storage.write([GroupMetadata("g1", None), group("g1"), member("g1", "x"), GroupMetadata("g1", None)])
+    assert storage.load() == []
+
+
+def test_compaction_last_write_wins(storage: Storage) -> None:
+    storage.write(
+        [
+            group("g", epoch=1),
+            group("g", epoch=2),
+            ConnectorRecord("g", "c", 1),
+            ConnectorRecord("g", "c", None),  # upsert then tombstone: gone
+            ConnectorRecord("g", "d", None),
+            ConnectorRecord("g", "d", 4),  # tombstone then upsert: present
+            assignment("g", "m", epoch=1),
+            assignment("g", "m", epoch=5),
+        ]
+    )
+    assert storage.load() == [group("g", epoch=2), ConnectorRecord("g", "d", 4), assignment("g", "m", epoch=5)]
+    # Across batches too: a later batch overwrites.
+    storage.write([group("g", epoch=3), assignment("g", "m", epoch=6)])
+    assert storage.load() == [group("g", epoch=3), ConnectorRecord("g", "d", 4), assignment("g", "m", epoch=6)]
+
+
+def test_events_are_appended_in_order_and_never_compacted(storage: Storage) -> None:
+    e1, e2, e3 = event("g1", 1), event("g2", 2), event("g1", 3)
+    storage.write([e1, group("g1"), e1, e2, GroupMetadata("g1", None), e3])  # e1 twice: both kept
+    stored = storage.read_events()
+    assert [s.record for s in stored] == [e1, e1, e2, e3]
+    ids = [s.id for s in stored]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    storage.write([event("g1", 4)])
+    assert [s.record for s in storage.read_events(since_id=ids[-1])] == [event("g1", 4)]
+    assert [s.record for s in storage.read_events(group_id="g1")] == [e1, e1, e3, event("g1", 4)]
+    assert [s.record for s in storage.read_events(group_id="g1", since_id=ids[1], limit=1)] == [e3]
+    assert storage.read_events(limit=0) == []
+    assert storage.load() == []  # events are not state
+
+
+def test_events_only_batch(storage: Storage) -> None:
+    storage.write([event("g", i) for i in range(1, 101)])
+    assert [e.record.group_epoch for e in storage.read_events()] == list(range(1, 101))
+
+
+def test_empty_batch_is_a_no_op(storage: Storage) -> None:
+    storage.write([])
+    assert storage.load() == [] and storage.read_events() == []
+
+
+def test_not_a_record_is_rejected_before_writing(storage: Storage) -> None:
+    with pytest.raises(StorageError):
+        storage.write([group("g"), "not a record"])  # type: ignore[list-item]
+    assert storage.load() == []
+
+
+def _tombstone(record: Record) -> Record:
+    match record:
+        case ConnectorRecord(group_id=g, connector=c):
+            return ConnectorRecord(g, c, None)
+        case HeldAssignment(group_id=g, member_id=m):
+            return HeldAssignment(g, m, None)
+        case GroupConfig(group_id=g, name=n):
+            return GroupConfig(g, n, None)
+        case TargetMetadata(group_id=g):
+            return TargetMetadata(g, None)
+        case MemberMetadata() | TargetMember() | CurrentAssignment():
+            return type(record)(record.group_id, record.member_id, None)
+    raise AssertionError(record)
+
+
+def test_tombstone_helper_keeps_keys() -> None:
+    for r in every_state_record("g")[1:]:
+        assert record_key(_tombstone(r)) == record_key(r)
