@@ -57,7 +57,7 @@ def rebalance(
         ids.sort(key=tiebreak.__getitem__)
     unassigned = len(fresh) + len(lost)
     if allow_revoke:
-        quotas = _balanced_quotas(ids, counts, sum(counts.values()) + unassigned)
+        quotas = _balanced_quotas(ids, counts, sum(counts.values()) + unassigned, candidates if lost else ())
     else:
         quotas = _levelling_quotas(ids, counts, unassigned)
 
@@ -87,14 +87,21 @@ def rebalance(
     return Moves(gained, revoked, quotas)
 
 
-def _balanced_quotas(ids: list[str], counts: Mapping[str, int], total: int) -> dict[str, int]:
-    """Each member's final count: the average rounded down, or up for the first ``total % n``."""
+def _balanced_quotas(
+    ids: list[str], counts: Mapping[str, int], total: int, preferred: Collection[str]
+) -> dict[str, int]:
+    """Each member's final count: the average rounded down, or up for ``total % n`` of them."""
     base, extra = divmod(total, len(ids))
     quotas = dict.fromkeys(ids, base)
     if extra:
-        # The one-above-average slots go to the members already holding the most: fewest moves.
-        # (reverse=True keeps the sort stable, so ties stay in ``ids`` order.)
-        for m in sorted(ids, key=counts.__getitem__, reverse=True)[:extra]:
+        # A slot above the average saves a revocation if it goes to a member already above it; for
+        # anyone else it only decides who receives one more item, so it may as well be a member
+        # ``preferred`` for the items being handed out.
+        above = [m for m in ids if counts[m] > base]
+        rest = [m for m in ids if counts[m] <= base]
+        if preferred:
+            rest.sort(key=lambda m: m not in preferred)  # stable: ties keep ``ids`` order
+        for m in (above + rest)[:extra]:
             quotas[m] = base + 1
     return quotas
 

@@ -1,0 +1,213 @@
+"""Invariants of the incremental cooperative assignor over random groups (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import TypeVar
+
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+from google.protobuf.message import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connect.coordinator.v1 import assignor_pb2
+from services.assignor import INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, assign
+from services.common.items import EMPTY, Items, TaskId, all_items
+from tests.assignor.kit import DELAY, Group, assert_balanced, check_installable, items_of
+
+NAMES = ["a", "b", "c", "d", "e", "f"]
+MEMBERS = [f"m{i}" for i in range(8)]
+DEPARTED = ["gone1", "gone2"]
+
+M = TypeVar("M", bound=Message)
+
+connector_specs = st.dictionaries(st.sampled_from(NAMES), st.integers(0, 8), max_size=6)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> assignor_pb2.AssignRequest:
+    """Any well-formed request: arbitrary (even overlapping or stale) targets and owned sets,
+    departed members in the current target, any delay."""
+    conns = draw(connector_specs)
+    members = draw(st.lists(st.sampled_from(MEMBERS), unique=True, min_size=1, max_size=8))
+    departed = draw(st.lists(st.sampled_from(DEPARTED), unique=True, max_size=2))
+    # Items of deleted connectors and tasks beyond the count appear in stale targets too.
+    universe = [*sorted(all_items(conns).item_keys(), key=str), "zombie", TaskId("a", 99), TaskId("zombie", 0)]
+    owners: list[str | None] = [*members, *departed, None]
+    target: dict[str, set[str | TaskId]] = {}
+    owned: dict[str, set[str | TaskId]] = {}
+    for item in universe:
+        for table in (target, owned):
+            for owner in draw(st.lists(st.sampled_from(owners), max_size=2)):
+                if owner is not None:
+                    table.setdefault(owner, set()).add(item)
+    req = assignor_pb2.AssignRequest(
+        assignor_name=INCREMENTAL_COOPERATIVE,
+        now_ms=draw(st.integers(0, 10**9)),
+        assignor_state=draw(st.sampled_from([b"", b"garbage", b'{"v":1,"delay":{}}'])),
+    )
+    req.group_configs[MAX_DELAY_CONFIG] = str(draw(st.sampled_from([0, 1, 1000, DELAY])))
+    for name, count in conns.items():
+        req.connectors.add(name=name, task_count=count)
+    for m in members:
+        gm = req.members.add(member_id=m)
+        _items(target.get(m, set())).to_proto(gm.target)
+        _items(owned.get(m, set())).to_proto(gm.owned)
+    for m in [*members, *departed]:
+        if m in target:
+            _items(target[m]).to_proto(req.current_target.members.add(member_id=m).connectors_and_tasks)
+    return req
+
+
+def _items(keys: set[str | TaskId]) -> Items:
+    return Items(frozenset(k for k in keys if isinstance(k, str)), frozenset(k for k in keys if isinstance(k, TaskId)))
+
+
+def _connectors(req: assignor_pb2.AssignRequest) -> dict[str, int]:
+    return {c.name: c.task_count for c in req.connectors}
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests())
+def test_every_item_has_one_live_owner_except_lost_work_in_its_delay(req: assignor_pb2.AssignRequest) -> None:
+    response = assign(req)
+    assert response.error == 0, response.error_message
+    targets = items_of(response)
+    conns = _connectors(req)
+    check_installable(targets, [m.member_id for m in req.members], conns, response.rebalance_delay_ms)
+    max_delay = int(req.group_configs[MAX_DELAY_CONFIG])
+    assert 0 <= response.rebalance_delay_ms <= max_delay
+    if response.rebalance_delay_ms > 0:
+        # Only the work of departed members may be held back.
+        live = {m.member_id for m in req.members}
+        departed = EMPTY
+        for mt in req.current_target.members:
+            if mt.member_id not in live:
+                departed |= Items.from_proto(mt.connectors_and_tasks)
+        assigned = EMPTY
+        for items in targets.values():
+            assigned |= items
+        assert (all_items(conns) - assigned).issubset(departed)
+    else:
+        assert_balanced(targets)
+
+
+@settings(max_examples=100, deadline=None)
+@given(requests(), st.randoms(use_true_random=False))
+def test_deterministic_and_independent_of_input_order(req: assignor_pb2.AssignRequest, rnd: random.Random) -> None:
+    expected = assign(req).SerializeToString(deterministic=True)
+    assert assign(req).SerializeToString(deterministic=True) == expected
+    shuffled = assignor_pb2.AssignRequest()
+    shuffled.CopyFrom(req)
+    _shuffle(shuffled.members, rnd)
+    _shuffle(shuffled.connectors, rnd)
+    _shuffle(shuffled.current_target.members, rnd)
+    assert _canonical(assign(shuffled)) == _canonical(assign(req))
+
+
+def _shuffle(repeated: RepeatedCompositeFieldContainer[M], rnd: random.Random) -> None:
+    entries = list(repeated)
+    rnd.shuffle(entries)
+    del repeated[:]
+    repeated.extend(entries)
+
+
+def _canonical(response: assignor_pb2.AssignResponse) -> tuple[object, ...]:
+    return items_of(response), response.assignor_state, response.rebalance_delay_ms, response.error
+
+
+def _install(req: assignor_pb2.AssignRequest, response: assignor_pb2.AssignResponse) -> assignor_pb2.AssignRequest:
+    """The next request once ``response`` is installed and every member runs its target."""
+    nxt = assignor_pb2.AssignRequest()
+    nxt.CopyFrom(req)
+    nxt.assignor_state = response.assignor_state
+    nxt.ClearField("current_target")
+    targets = {m.member_id: m.connectors_and_tasks for m in response.members}
+    for gm in nxt.members:
+        gm.target.CopyFrom(targets[gm.member_id])
+        gm.owned.CopyFrom(targets[gm.member_id])
+    for mt in response.members:
+        nxt.current_target.members.add(member_id=mt.member_id).connectors_and_tasks.CopyFrom(mt.connectors_and_tasks)
+    return nxt
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests())
+def test_assigning_an_unchanged_group_changes_nothing(req: assignor_pb2.AssignRequest) -> None:
+    first = assign(req)
+    second = assign(_install(req, first))
+    assert items_of(second) == items_of(first)
+    assert second.rebalance_delay_ms == first.rebalance_delay_ms
+    assert second.assignor_state == first.assignor_state
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, st.integers(1, 7))
+def test_a_single_join_moves_at_most_one_share(conns: dict[str, int], n: int) -> None:
+    group = Group(dict(conns)).join(*MEMBERS[:n])
+    group.assign()
+    group.join("newcomer")
+    result = group.assign()
+    moved_connectors, moved_tasks = result.moved()
+    total_connectors, total_tasks = len(conns), sum(conns.values())
+    assert moved_connectors <= math.ceil(total_connectors / (n + 1))
+    assert moved_tasks <= math.ceil(total_tasks / (n + 1))
+    # Only the newcomer receives anything; everyone else keeps a subset of what they had.
+    for m in MEMBERS[:n]:
+        assert not result.gained(m)
+    assert_balanced(result.after)
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("join"), st.sampled_from(MEMBERS)),
+        st.tuples(st.just("leave"), st.sampled_from(MEMBERS)),
+        st.tuples(st.just("advance"), st.sampled_from([1, DELAY // 3, DELAY])),
+        st.tuples(st.just("put"), st.tuples(st.sampled_from(NAMES), st.integers(0, 6))),
+        st.tuples(st.just("delete"), st.sampled_from(NAMES)),
+        st.tuples(st.just("assign"), st.booleans()),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, ops)
+def test_random_histories_keep_the_invariants(conns: dict[str, int], history: list[tuple[str, object]]) -> None:
+    """Joins, departures, connector changes and time in any order; every answer is installable
+    (the kit checks it) and, whenever nothing is held back, balanced."""
+    group = Group(dict(conns)).join("m0")
+    for op, arg in history:
+        if op == "join" and isinstance(arg, str):
+            group.join(arg)
+        elif op == "leave" and arg in group.members and len(group.members) > 1:
+            group.leave(str(arg))
+        elif op == "advance" and isinstance(arg, int):
+            group.advance(arg)
+        elif op == "put" and isinstance(arg, tuple):
+            group.connectors[arg[0]] = arg[1]
+        elif op == "delete":
+            group.connectors.pop(str(arg), None)
+        elif op == "assign":
+            result = group.assign(reconcile=bool(arg))
+            if result.delay == 0:
+                assert_balanced(result.after)
+    # Nobody has left since this assignment, so once the delay has passed nothing is held back.
+    group.assign()
+    group.advance(DELAY)
+    final = group.assign()
+    assert final.delay == 0
+    assert final.response.assignor_state == b""
+    assert_balanced(final.after)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=64))
+def test_any_state_bytes_are_tolerated(state: bytes) -> None:
+    group = Group({"a": 3, "b": 2}).join("m0", "m1")
+    group.state = state
+    result = group.assign()
+    assert result.delay == 0
+    assert Counter(len(i) for i in result.after.values()) == Counter([3, 4])

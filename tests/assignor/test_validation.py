@@ -1,0 +1,159 @@
+"""Bad input gets an in-band error naming the field, never an exception or a partial answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from connect.coordinator.v1 import assignor_pb2, common_pb2
+from services.assignor import EAGER, INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, assign
+from tests.assignor.kit import Group
+
+Edit = Callable[[assignor_pb2.AssignRequest], object]
+
+
+def _request() -> assignor_pb2.AssignRequest:
+    group = Group({"a": 2, "b": 1, "c": 0, "d": 3}).join("w1", "w2", "w3")
+    group.assign()
+    return group.request()
+
+
+def _add_member(member_id: str, **fields: object) -> Edit:
+    def edit(req: assignor_pb2.AssignRequest) -> None:
+        gm = req.members.add(member_id=member_id)
+        gm.assignor.CopyFrom(req.members[0].assignor)
+        for name, value in fields.items():
+            setattr(gm, name, value)
+
+    return edit
+
+
+def _set(path: str, value: object) -> Edit:
+    def edit(req: assignor_pb2.AssignRequest) -> None:
+        *parents, leaf = path.split(".")
+        target: object = req
+        for p in parents:
+            target = target[int(p)] if p.isdigit() else getattr(target, p)  # type: ignore[index]
+        setattr(target, leaf, value)
+
+    return edit
+
+
+def _config(value: str) -> Edit:
+    def edit(req: assignor_pb2.AssignRequest) -> None:
+        req.group_configs[MAX_DELAY_CONFIG] = value
+
+    return edit
+
+
+CASES: list[tuple[str, Edit, int, str]] = [
+    ("unknown assignor", _set("assignor_name", "range"), common_pb2.UNSUPPORTED_ASSIGNOR, "assignor_name 'range'"),
+    ("no assignor", _set("assignor_name", ""), common_pb2.UNSUPPORTED_ASSIGNOR, "assignor_name ''"),
+    (
+        "version above range",
+        _set("members.1.assignor.version", 3),
+        common_pb2.UNSUPPORTED_ASSIGNOR,
+        "members[1].assignor.version 3 is outside incremental-cooperative's supported range [1, 2]",
+    ),
+    (
+        "version below range",
+        _set("members.2.assignor.version", 0),
+        common_pb2.UNSUPPORTED_ASSIGNOR,
+        "members[2].assignor.version 0",
+    ),
+    (
+        "member entry for another assignor",
+        _set("members.0.assignor.name", EAGER),
+        common_pb2.UNSUPPORTED_ASSIGNOR,
+        "members[0].assignor.name 'eager'",
+    ),
+    ("empty member id", _set("members.1.member_id", ""), common_pb2.INVALID_REQUEST, "members[1].member_id must not"),
+    (
+        "duplicate member id",
+        _add_member("w2"),
+        common_pb2.INVALID_REQUEST,
+        "members[3].member_id 'w2' is a duplicate of members[1]",
+    ),
+    (
+        "duplicate instance id",
+        lambda req: (_set("members.0.instance_id", "host")(req), _add_member("w9", instance_id="host")(req)),
+        common_pb2.INVALID_REQUEST,
+        "members[3].instance_id 'host' is a duplicate of members[0]",
+    ),
+    (
+        "negative task count",
+        _set("connectors.3.task_count", -1),
+        common_pb2.INVALID_REQUEST,
+        "connectors[3].task_count must be >= 0",
+    ),
+    (
+        "duplicate connector",
+        lambda req: req.connectors.add(name="b", task_count=1),
+        common_pb2.INVALID_REQUEST,
+        "connectors[4].name 'b' is a duplicate of connectors[1]",
+    ),
+    ("empty connector name", _set("connectors.2.name", ""), common_pb2.INVALID_REQUEST, "connectors[2].name must not"),
+    (
+        "too many tasks",
+        _set("connectors.0.task_count", 2**31 - 1),
+        common_pb2.INVALID_REQUEST,
+        "connectors[0].task_count brings the group to",
+    ),
+    ("delay not a number", _config("soon"), common_pb2.INVALID_REQUEST, f'group_configs["{MAX_DELAY_CONFIG}"]'),
+    ("negative delay", _config("-5"), common_pb2.INVALID_REQUEST, f'group_configs["{MAX_DELAY_CONFIG}"]'),
+    ("delay beyond int32", _config(str(2**31)), common_pb2.INVALID_REQUEST, "must be an integer in [0, 2147483647]"),
+]
+
+
+@pytest.mark.parametrize(("edit", "code", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_rejected_with_a_message_naming_the_field(edit: Edit, code: int, message: str) -> None:
+    req = _request()
+    assert assign(req).error == 0
+    edit(req)
+    response = assign(req)
+    assert response.error == code
+    assert message in response.error_message
+    assert not response.members
+    assert response.assignor_state == b""
+    assert response.rebalance_delay_ms == 0
+
+
+def test_eager_accepts_only_version_zero() -> None:
+    group = Group({"a": 1}, assignor=EAGER).join("w1")
+    req = group.request()
+    assert assign(req).error == 0
+    req.members[0].assignor.version = 1
+    response = assign(req)
+    assert response.error == common_pb2.UNSUPPORTED_ASSIGNOR
+    assert "members[0].assignor.version 1 is outside eager's supported range [0, 0]" in response.error_message
+
+
+def test_members_without_an_assignor_entry_are_accepted() -> None:
+    """The coordinator selected the assignor; a member that did not list it has no version to check."""
+    req = _request()
+    for gm in req.members:
+        gm.ClearField("assignor")
+    response = assign(req)
+    assert response.error == 0
+    assert {m.version for m in response.members} == {2}
+
+
+def test_unknown_items_in_targets_are_dropped_not_rejected() -> None:
+    """Items of deleted connectors or tasks beyond the count are stale, not malformed."""
+    req = _request()
+    req.members[0].target.connectors.append("deleted")
+    req.members[0].target.tasks.add(connector="a", task=7)
+    req.members[0].target.tasks.add(connector="a", task=-1)
+    req.members[1].owned.tasks.add(connector="", task=0)
+    response = assign(req)
+    assert response.error == 0
+    names = {c for m in response.members for c in m.connectors_and_tasks.connectors}
+    assert names == {"a", "b", "c", "d"}
+    tasks = {(t.connector, t.task) for m in response.members for t in m.connectors_and_tasks.tasks}
+    assert tasks == {("a", 0), ("a", 1), ("b", 0), ("d", 0), ("d", 1), ("d", 2)}
+
+
+def test_empty_group() -> None:
+    response = assign(assignor_pb2.AssignRequest(assignor_name=INCREMENTAL_COOPERATIVE))
+    assert response.error == 0 and not response.members and response.rebalance_delay_ms == 0
