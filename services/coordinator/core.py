@@ -706,6 +706,9 @@ class GroupCoordinator:
             response = coordinator_pb2.ConnectGroupInstallAssignmentResponse(error_code=e.code, error_message=e.message)
         return Result(sink.records, response)
 
+    def has_service_assignments(self) -> bool:
+        return bool(self._service_queue)
+
     def take_service_assignments(self) -> list[ServiceAssignment]:
         """Assignments the runtime must now compute with the assignor service."""
         out, self._service_queue = self._service_queue, []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -149,6 +150,10 @@ class CoordinatorRuntime:
         records = await asyncio.to_thread(self.storage.load)
         result = self.coordinator.load(records, self.clock())
         self.metrics.load_duration.set(time.perf_counter() - started)
+        # The group state is large and long-lived: move it out of the collector's generations so
+        # the periodic full collections don't rescan it on the request path.
+        gc.collect()
+        gc.freeze()
         self.loaded = True
         log.info(
             "loaded %d groups from storage in %.3fs", len(self.coordinator.state.groups), time.perf_counter() - started
@@ -257,7 +262,7 @@ class CoordinatorRuntime:
     def _after_handler(self, records: list[Record] | None = None) -> None:
         if records:
             self._observe(records)
-        for job in self.coordinator.take_service_assignments():
+        for job in self.coordinator.take_service_assignments() if self.coordinator.has_service_assignments() else ():
             task = asyncio.create_task(self._run_service_assignment(job))
             self._assignment_tasks.add(task)
             task.add_done_callback(self._assignment_tasks.discard)

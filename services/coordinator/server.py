@@ -28,11 +28,17 @@ COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupC
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
 
 
+ERROR_NAMES = {value: name for name, value in ErrorCode.items()}
+
+
 class _Instrumented:
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
         self.core = runtime.coordinator
         self.metrics = runtime.metrics
+        # Labelled children cached: a labels() lookup per request costs more than the core's heartbeat.
+        self._durations: dict[str, Any] = {}
+        self._results: dict[tuple[str, int], Any] = {}
 
     async def _call(
         self, method: str, response_type: type, run: Callable[[], Any], error_of: Callable[[Any], int] | None = None
@@ -45,9 +51,15 @@ class _Instrumented:
             if hasattr(response, "error_code"):
                 response.error_code = e.code
                 response.error_message = str(e)
-        code = error_of(response) if error_of else getattr(response, "error_code", 0)
-        self.metrics.rpc_duration.labels(method).observe(time.perf_counter() - started)
-        self.metrics.rpc_results.labels(method, ErrorCode.Name(code) if code in ErrorCode.values() else str(code)).inc()
+        code = error_of(response) if error_of else response.error_code
+        duration = self._durations.get(method)
+        if duration is None:
+            duration = self._durations[method] = self.metrics.rpc_duration.labels(method)
+        duration.observe(time.perf_counter() - started)
+        result = self._results.get((method, code))
+        if result is None:
+            result = self._results[(method, code)] = self.metrics.rpc_results.labels(method, ERROR_NAMES.get(code, str(code)))
+        result.inc()
         return response
 
 

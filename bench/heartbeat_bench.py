@@ -1,0 +1,201 @@
+"""Steady-state heartbeat throughput: the coordinator vs a bare gRPC echo server, in the same run.
+
+1,000 members of one group (SQLite), all Stable, heartbeat with no changes, round-robin, at 8 and
+64 requests in flight. The echo server implements the same RPC with the same message types and a
+response of the same size, so the difference is the coordinator's own work. Each server runs in its
+own process, pinned to one core; the load generator runs on the other core.
+
+Two ratios are reported: throughput (requests/s, coordinator / echo) and server CPU time per request
+(echo / coordinator) -- the latter is the capacity ratio even when the load generator, not the
+server, is the bottleneck. Target: >= 0.75.
+
+    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "proto"))
+
+from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
+from services.common.items import Items  # noqa: E402
+
+ECHO_SERVER = r'''
+import asyncio, sys
+import grpc
+from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+class Echo(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):
+    async def ConnectGroupHeartbeat(self, request, context):
+        # Same size as the coordinator's steady-state answer: ids and epoch echoed, interval and session.
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+            member_id=request.member_id, member_epoch=request.member_epoch, heartbeat_interval_ms=5000, session_timeout_ms=60000)
+
+async def main():
+    server = grpc.aio.server()
+    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(Echo(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"echo listening on 127.0.0.1:{port}", flush=True)
+    await server.wait_for_termination()
+
+asyncio.run(main())
+'''
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(cmd: list[str], marker: str, core: int) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'proto'}"}
+    proc = subprocess.Popen(["taskset", "-c", str(core), *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if marker in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    raise RuntimeError(f"{cmd[0]} did not start")
+
+
+def setup_group(address: str, members: int) -> list[tuple[str, int]]:
+    """Join `members` workers, compute an assignment (tasks spread over them) and reconcile all."""
+    channel = grpc.insecure_channel(address)
+    coord = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(channel)
+    admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
+    tasks_per_connector, connectors = 10, members // 10 or 1
+    for i in range(connectors):
+        admin.PutConnector(admin_pb2.PutConnectorRequest(group_id="bench", connector=f"c{i}", task_count=tasks_per_connector))
+    assignors = common_pb2.ClientAssignors(assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)])
+    ids: list[str] = []
+    epochs: dict[str, int] = {}
+    for i in range(members):
+        r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(
+            group_id="bench", member_epoch=0, member_id=f"w{i}", rebalance_timeout_ms=60_000, client_assignors=assignors,
+            owned=common_pb2.ConnectorsAndTasks()))
+        ids.append(r.member_id)
+        epochs[r.member_id] = r.member_epoch
+    # The first member computes: connector i and its tasks round-robin.
+    chooser = ids[0]
+    r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=chooser, member_epoch=epochs[chooser]))
+    prep = coord.ConnectGroupPrepareAssignment(coordinator_pb2.ConnectGroupPrepareAssignmentRequest(group_id="bench", member_id=chooser, member_epoch=r.member_epoch))
+    targets: dict[str, list[tuple[str, int]]] = {m: [] for m in ids}
+    conns: dict[str, list[str]] = {m: [] for m in ids}
+    k = 0
+    for spec in prep.connectors:
+        conns[ids[k % members]].append(spec.name)
+        k += 1
+        for t in range(spec.task_count):
+            targets[ids[k % members]].append((spec.name, t))
+            k += 1
+    install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(group_id="bench", member_id=chooser, member_epoch=r.member_epoch, group_epoch=prep.group_epoch)
+    for m in ids:
+        Items.of(conns[m], targets[m]).to_proto(install.members.add(member_id=m).connectors_and_tasks)
+    resp = coord.ConnectGroupInstallAssignment(install)
+    assert resp.error_code == 0, resp
+    out = []
+    for m in ids:
+        r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=epochs[m]))
+        assert r.error_code in (0, 1000), r
+        out.append((m, r.member_epoch))
+    g = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["bench"])).groups[0]
+    assert g.group_state == "Stable", g.group_state
+    channel.close()
+    return out
+
+
+async def load(address: str, members: list[tuple[str, int]], in_flight: int, seconds: float) -> tuple[int, list[float]]:
+    channel = grpc.aio.insecure_channel(address)
+    stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(channel)
+    requests = [coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=e) for m, e in members]
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+    errors = 0
+
+    async def worker(offset: int) -> None:
+        nonlocal errors
+        i = offset
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            resp = await stub.ConnectGroupHeartbeat(requests[i % len(requests)], timeout=10)
+            latencies.append(time.perf_counter() - t0)
+            if resp.error_code not in (0,):
+                errors += 1
+            i += in_flight
+
+    await asyncio.gather(*(worker(k) for k in range(in_flight)))
+    await channel.close()
+    if errors:
+        raise RuntimeError(f"{errors} heartbeats answered with an error")
+    return len(latencies), latencies
+
+
+def measure(name: str, pid: int, address: str, members: list[tuple[str, int]], in_flight: int, seconds: float) -> dict[str, float]:
+    asyncio.run(load(address, members, in_flight, 1.0))  # warm-up
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    n, lat = asyncio.run(load(address, members, in_flight, seconds))
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    lat.sort()
+    return {
+        "rps": n / elapsed,
+        "p50_ms": statistics.median(lat) * 1000,
+        "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
+        "cpu_us_per_req": cpu / n * 1e6,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--members", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {1})  # the load generator on core 1, servers on core 0
+    with tempfile.TemporaryDirectory() as tmp:
+        coord, caddr = start(
+            [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "",
+             "--database", f"sqlite:///{tmp}/bench.db", "--set", "group.connect.session.timeout.ms=60000",
+             "--set", "group.connect.heartbeat.interval.ms=5000", "--log-level", "WARNING"],
+            "listening on", core=0,
+        )
+        echo, eaddr = start([sys.executable, "-c", ECHO_SERVER], "listening on", core=0)
+        try:
+            members = setup_group(caddr, args.members)
+            rows = []
+            for in_flight in (8, 64):
+                e = measure("echo", echo.pid, eaddr, members, in_flight, args.seconds)
+                c = measure("coordinator", coord.pid, caddr, members, in_flight, args.seconds)
+                rows.append((in_flight, e, c))
+        finally:
+            coord.terminate()
+            echo.terminate()
+            coord.wait(10)
+            echo.wait(10)
+    print(f"Steady-state heartbeats, {args.members} members of one group, SQLite, {args.seconds:.0f}s per point, "
+          f"servers pinned to one core, load generator on the other.\n")
+    print("| in flight | server | req/s | p50 ms | p99 ms | server CPU µs/req |")
+    print("|---|---|---|---|---|---|")
+    for in_flight, e, c in rows:
+        for name, m in (("echo", e), ("coordinator", c)):
+            print(f"| {in_flight} | {name} | {m['rps']:.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.0f} |")
+    print()
+    for in_flight, e, c in rows:
+        print(f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
+              f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
