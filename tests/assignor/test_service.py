@@ -100,7 +100,7 @@ def test_cli_subprocess_serves_and_stops_cleanly_on_sigterm() -> None:
         text=True,
     )
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline().strip()
         prefix = "connect-assignor listening on "
         assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
@@ -111,7 +111,6 @@ def test_cli_subprocess_serves_and_stops_cleanly_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.stderr is not None
     assert "Traceback" not in proc.stderr.read()
 
 
