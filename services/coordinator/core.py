@@ -215,7 +215,8 @@ class GroupCoordinator:
             assert group is not None
             if req.member_epoch != member.member_epoch:
                 if (
-                    req.member_epoch == member.current.previous_member_epoch
+                    req.member_epoch < member.member_epoch
+                    and req.member_epoch == member.current.previous_member_epoch
                     and owned is not None
                     and owned.issubset(member.current.assigned)
                 ):
