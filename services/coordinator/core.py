@@ -199,6 +199,9 @@ class GroupCoordinator:
                         "it must leave (member_epoch -2) or its session expire first",
                     )
                 replacing = holder
+            elif holder_id is not None and joining and group.members[holder_id].member_epoch == STATIC_LEAVE_EPOCH:
+                # The instance comes back under the same member id: it takes its place back all the same.
+                replacing, member = group.members[holder_id], None
 
         lost_response = False
         new_member = member is None
