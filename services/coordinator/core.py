@@ -300,11 +300,19 @@ class GroupCoordinator:
             # with no rebalance. The old incarnation stopped its work before leaving (-2).
             old = replacing
             old_target = group.target_members.get(old.member_id)
+            epoch = old.current.previous_member_epoch
+            # Still waiting for items of its target (at that target's epoch): not Stable, or the
+            # reconciliation fast path would never hand them over.
+            waiting = (
+                epoch == group.assignment_epoch
+                and old_target is not None
+                and bool(old_target.items - old.current.assigned)
+            )
             carried = replace(
                 old.current,
-                member_epoch=old.current.previous_member_epoch,
+                member_epoch=epoch,
                 previous_member_epoch=-1,
-                state=MemberState.STABLE,
+                state=MemberState.UNRELEASED_ITEMS if waiting else MemberState.STABLE,
                 revoking=EMPTY,
             )
             self._drop_member(sink, group, old)
