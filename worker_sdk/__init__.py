@@ -1,0 +1,73 @@
+"""The worker side of the Connect group protocol (KIP-848 style) and a reference worker.
+
+Public surface:
+
+* `Member` -- the sans-I/O member state machine (no sockets, no sleeps, no clock): drive it with
+  any transport and any clock, e.g. a deterministic simulator. Its docstring is the API.
+* `ConnectWorkerClient` -- runs a `Member` over grpc.aio, with a `RebalanceListener`
+  (async on_revoked / on_assigned / on_lost), client-side assignment, retries and metrics.
+* `WorkerMetrics` -- KIP-429 client rebalance metrics as Prometheus collectors.
+* `ReferenceWorker` -- a worker that "runs" connectors and tasks as a set, with a status file
+  (`connect-worker` is its command line).
+"""
+
+from services.common.items import EMPTY, Items, TaskId
+from worker_sdk._assign import assign_request, compute_and_install, install_request
+from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
+from worker_sdk._member import (
+    DEFAULT_ASSIGNORS,
+    EAGER,
+    FATAL_ERRORS,
+    FENCING_ERRORS,
+    INCREMENTAL_COOPERATIVE,
+    LEAVE_EPOCH,
+    RETRIABLE_ERRORS,
+    STATIC_LEAVE_EPOCH,
+    AssignmentOutcome,
+    AssignmentTask,
+    ClientAssignor,
+    Effect,
+    Member,
+    MemberConfig,
+    MemberEvent,
+    MemberState,
+    OutgoingHeartbeat,
+    RebalanceCompleted,
+    StateChanged,
+)
+from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._reference import ReferenceWorker
+
+__all__ = [
+    "DEFAULT_ASSIGNORS",
+    "EAGER",
+    "EMPTY",
+    "FATAL_ERRORS",
+    "FENCING_ERRORS",
+    "INCREMENTAL_COOPERATIVE",
+    "LEAVE_EPOCH",
+    "RETRIABLE_ERRORS",
+    "STATIC_LEAVE_EPOCH",
+    "AssignmentOutcome",
+    "AssignmentTask",
+    "CallbackError",
+    "ClientAssignor",
+    "ConnectWorkerClient",
+    "Effect",
+    "FatalError",
+    "Items",
+    "Member",
+    "MemberConfig",
+    "MemberEvent",
+    "MemberState",
+    "OutgoingHeartbeat",
+    "RebalanceCompleted",
+    "RebalanceListener",
+    "ReferenceWorker",
+    "StateChanged",
+    "TaskId",
+    "WorkerMetrics",
+    "assign_request",
+    "compute_and_install",
+    "install_request",
+]

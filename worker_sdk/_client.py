@@ -1,0 +1,383 @@
+"""The asyncio driver: runs a `Member` over a real grpc.aio channel.
+
+One loop per worker: it asks the member what is due, starts the heartbeat RPC, the listener
+callbacks and the client-side assignment as separate tasks (so heartbeats go on while a slow
+callback or a long assignment runs), reports their outcomes back, and sleeps until the member's
+next wake-up or the next outcome. All protocol decisions are the member's; this file only does I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+
+import services.assignor
+from connect.coordinator.v1 import coordinator_pb2_grpc
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import Items
+from worker_sdk._assign import AssignFn, compute_and_install
+from worker_sdk._member import (
+    DEFAULT_ASSIGNORS,
+    AssignmentOutcome,
+    AssignmentTask,
+    ClientAssignor,
+    Effect,
+    Member,
+    MemberConfig,
+    MemberState,
+    OutgoingHeartbeat,
+    RebalanceCompleted,
+    StateChanged,
+)
+from worker_sdk._metrics import WorkerMetrics
+
+log = logging.getLogger("worker_sdk.client")
+
+# Even with nothing due, look again this often (cheap; bounds the effect of a missed wake-up).
+_MAX_IDLE_S = 1.0
+
+
+class RebalanceListener(Protocol):
+    """What the worker runs. Each callback gets a non-empty set; it is called only when needed.
+
+    on_lost: stop these now, without assuming a clean hand-over (fenced, session lost, fatal).
+    on_revoked: stop these (the coordinator gives them to another worker once this returns).
+    on_assigned: start these.
+    """
+
+    async def on_revoked(self, items: Items) -> None: ...
+
+    async def on_assigned(self, items: Items) -> None: ...
+
+    async def on_lost(self, items: Items) -> None: ...
+
+
+class FatalError(Exception):
+    """The coordinator answered with an error that retrying cannot fix (the work was stopped)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        name = ErrorCode.Name(code) if code in ErrorCode.values() else str(code)
+        super().__init__(f"{name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class CallbackError(Exception):
+    """A listener callback raised; the effect still counts as done (KIP-429)."""
+
+    def __init__(self, callback: str, items: Items, cause: BaseException) -> None:
+        super().__init__(f"on_{callback}({items}) raised {cause!r}")
+        self.callback = callback
+        self.items = items
+        self.__cause__ = cause
+
+
+class ConnectWorkerClient:
+    """A Connect worker's membership of a group over gRPC.
+
+    Usage::
+
+        client = ConnectWorkerClient("127.0.0.1:8470", "my-group", listener)
+        await client.start()            # joins in the background
+        ...                             # client.running / .pending / .state / .member_id
+        await client.close()            # stop the work (on_revoked), leave with -1
+        # or: await client.restart_leave()   # static member: stop, leave with -2 (rejoin later)
+
+    `coordinator` is "HOST:PORT" (the client owns a channel) or a grpc.aio.Channel (shared,
+    e.g. by many simulated workers; the caller closes it). Callback exceptions are logged, the
+    remaining callbacks still run, the effect counts as done, and the first exception of each
+    effect goes to `on_callback_error` (and `last_callback_error`).
+    """
+
+    def __init__(
+        self,
+        coordinator: str | grpc.aio.Channel,
+        group_id: str,
+        listener: RebalanceListener | None = None,
+        *,
+        instance_id: str | None = None,
+        url: str = "",
+        client_id: str = "",
+        assignors: tuple[ClientAssignor, ...] = DEFAULT_ASSIGNORS,
+        rebalance_timeout_ms: int = 60_000,
+        request_timeout_ms: int = 5_000,
+        config: MemberConfig | None = None,
+        rng: random.Random | None = None,
+        metrics: WorkerMetrics | bool = True,
+        assign_fn: AssignFn = services.assignor.assign,
+        clock: Callable[[], float] = time.monotonic,
+        on_callback_error: Callable[[CallbackError], Awaitable[None] | None] | None = None,
+        on_change: Callable[[ConnectWorkerClient], None] | None = None,
+    ) -> None:
+        if config is None:
+            config = MemberConfig(
+                group_id=group_id,
+                assignors=tuple(assignors),
+                instance_id=instance_id,
+                url=url,
+                client_id=client_id,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                request_timeout_ms=request_timeout_ms,
+            )
+        self.rng = rng if rng is not None else random.Random()
+        self.member = Member(config, rng=self.rng)
+        self.listener = listener
+        self._owns_channel = isinstance(coordinator, str)
+        self._channel: grpc.aio.Channel = (
+            grpc.aio.insecure_channel(coordinator) if isinstance(coordinator, str) else coordinator
+        )
+        self._stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self._channel)
+        self.metrics: WorkerMetrics | None = (
+            metrics if isinstance(metrics, WorkerMetrics) else (WorkerMetrics(clock=clock) if metrics else None)
+        )
+        self._assign_fn = assign_fn
+        self._clock = clock
+        self._on_callback_error = on_callback_error
+        self._on_change = on_change
+        self.last_callback_error: CallbackError | None = None
+        self._wakeup = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._run_task: asyncio.Task[Any] | None = None
+        self._done = asyncio.Event()
+        self._started = False
+        self._background = False
+
+    # ---- views ----------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> MemberState:
+        return self.member.state
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self.member.member_epoch
+
+    @property
+    def running(self) -> Items:
+        return self.member.running
+
+    @property
+    def pending(self) -> Items:
+        return self.member.pending
+
+    @property
+    def assigned(self) -> Items:
+        return self.member.assigned
+
+    def status(self) -> dict[str, Any]:
+        m = self.member
+        return {
+            "group_id": m.config.group_id,
+            "member_id": m.member_id,
+            "member_epoch": m.member_epoch,
+            "instance_id": m.config.instance_id,
+            "state": str(m.state),
+            "running": m.running.to_json(),
+            "assigned": m.assigned.to_json(),
+            "pending": m.pending.to_json(),
+            "fatal_error": list(m.fatal_error) if m.fatal_error else None,
+        }
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def start(self) -> None:
+        """Join in the background (see `wait_closed`)."""
+        if self._run_task is None:
+            self._background = True
+            self._run_task = asyncio.create_task(self.run(), name=f"worker-{self.member.config.group_id}")
+
+    async def run(self) -> None:
+        """Join and run until closed. Raises FatalError if the coordinator rejects the worker for good."""
+        if self._started:
+            raise RuntimeError("run() was already called")
+        self._started = True
+        if self._run_task is None:
+            self._run_task = asyncio.current_task()
+        self.member.join(self._now_ms())
+        try:
+            while True:
+                self._wakeup.clear()
+                self._step()
+                if self.member.closed:
+                    break
+                wake = self.member.next_wakeup_ms()
+                timeout = _MAX_IDLE_S if wake is None else min(_MAX_IDLE_S, max(0.0, (wake - self._now_ms()) / 1000))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._owns_channel:
+                await self._channel.close(None)
+            self._done.set()
+        if self.member.fatal_error is not None:
+            raise FatalError(*self.member.fatal_error)
+
+    async def close(self, timeout_s: float = 30.0) -> None:
+        """Stop all work (on_revoked), leave the group (member_epoch -1), and end `run`."""
+        await self._leave(False, timeout_s)
+
+    async def restart_leave(self, timeout_s: float = 30.0) -> None:
+        """A static member's planned restart: stop all work, leave with -2 (the coordinator keeps its
+        assignment for a new incarnation with the same instance_id, with no rebalance)."""
+        await self._leave(True, timeout_s)
+
+    async def _leave(self, temporary: bool, timeout_s: float) -> None:
+        self.member.leave(self._now_ms(), temporary=temporary)
+        self._wakeup.set()
+        if not self._started:
+            return
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("member %s did not leave within %.1f s; stopping anyway", self.member_id, timeout_s)
+            if self._run_task is not None:
+                self._run_task.cancel()
+            await self._done.wait()
+
+    async def wait_closed(self) -> None:
+        """Until `run` ends (after close, restart_leave or a fatal error); raises what `run` raised
+        when it was started with `start`."""
+        await self._done.wait()
+        task = self._run_task
+        if self._background and task is not None and task.done() and not task.cancelled():
+            task.result()
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _step(self) -> None:
+        m = self.member
+        now = self._now_ms()
+        effect = m.poll_effect(now)
+        if effect is not None:
+            self._spawn(self._run_effect(effect))
+        out = m.poll_heartbeat(now)
+        if out is not None:
+            self._spawn(self._heartbeat(out))
+        task = m.poll_assignment_task(now)
+        if task is not None:
+            self._spawn(self._assign(task))
+        changed = False
+        for event in m.drain_events():
+            changed = True
+            if isinstance(event, RebalanceCompleted):
+                if self.metrics is not None:
+                    self.metrics.rebalance_completed(event.duration_ms / 1000, event.failed)
+                log.log(
+                    logging.WARNING if event.failed else logging.INFO,
+                    "member %s: rebalance %s in %d ms (%s)",
+                    m.member_id,
+                    "failed" if event.failed else "completed",
+                    event.duration_ms,
+                    event.reason,
+                )
+            elif isinstance(event, StateChanged):
+                log.info("member %s: %s -> %s (%s)", m.member_id or "(new)", event.old, event.new, event.reason)
+        if changed:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self)
+            except Exception:
+                log.exception("on_change hook failed")
+
+    async def _heartbeat(self, out: OutgoingHeartbeat) -> None:
+        try:
+            response = await self._stub.ConnectGroupHeartbeat(out.request, timeout=out.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            if self.metrics is not None:
+                self.metrics.heartbeat(f"grpc_{e.code().name}")
+            self.member.on_heartbeat_failure(out.seq, self._now_ms(), f"{e.code().name}: {e.details()}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # e.g. the channel was closed under us; the member retries
+            if self.metrics is not None:
+                self.metrics.heartbeat("grpc_ERROR")
+            self.member.on_heartbeat_failure(out.seq, self._now_ms(), repr(e))
+        else:
+            if self.metrics is not None:
+                code = response.error_code
+                self.metrics.heartbeat(ErrorCode.Name(code) if code in ErrorCode.values() else "unknown")
+            self.member.on_heartbeat_response(out.seq, response, self._now_ms())
+        self._wakeup.set()
+
+    async def _run_effect(self, effect: Effect) -> None:
+        first: CallbackError | None = None
+        for name, items in (("lost", effect.lost), ("revoked", effect.revoked), ("assigned", effect.assigned)):
+            if not items:
+                continue
+            error = await self._callback(name, items, effect.reason)
+            if error is not None and first is None:
+                first = error
+        # Done even if a callback failed (KIP-429: its effects count as taken).
+        self.member.effect_done(effect.seq, self._now_ms())
+        self._wakeup.set()
+        self._changed()
+        if first is not None:
+            self.last_callback_error = first
+            if self._on_callback_error is not None:
+                result = self._on_callback_error(first)
+                if asyncio.iscoroutine(result):
+                    await result
+
+    async def _callback(self, name: str, items: Items, reason: str) -> CallbackError | None:
+        fn = getattr(self.listener, f"on_{name}", None) if self.listener is not None else None
+        log.info("member %s: %s %s (%s)", self.member_id, name, items, reason)
+        started = self._clock()
+        error: CallbackError | None = None
+        if fn is not None:
+            try:
+                await fn(items)
+            except Exception as e:
+                log.exception("member %s: on_%s(%s) raised", self.member_id, name, items)
+                error = CallbackError(name, items, e)
+        if self.metrics is not None:
+            self.metrics.callback(name, self._clock() - started, error is not None)
+        return error
+
+    async def _assign(self, task: AssignmentTask) -> None:
+        started = self._clock()
+        m = self.member
+        deadline = started + m.config.rebalance_timeout_ms / 1000
+        try:
+            outcome = await compute_and_install(
+                self._stub,
+                task,
+                assign_fn=self._assign_fn,
+                deadline_s=deadline,
+                rpc_timeout_s=m.request_timeout_ms() / 1000,
+                rng=self.rng,
+                clock=self._clock,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("member %s: client-side assignment failed", m.member_id)
+            outcome = AssignmentOutcome.ABANDONED
+        if self.metrics is not None:
+            self.metrics.assignment(str(outcome), self._clock() - started)
+        m.assignment_task_done(task.seq, outcome, self._now_ms())
+        self._wakeup.set()

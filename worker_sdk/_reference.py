@@ -1,0 +1,145 @@
+"""The reference worker: "runs" connectors and tasks by keeping the set of what runs, and tells the
+world what that set is through a status file (what tests check the no-double-run invariant on)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from services.common.items import EMPTY, Items
+from worker_sdk._client import ConnectWorkerClient
+from worker_sdk._member import DEFAULT_ASSIGNORS, ClientAssignor
+from worker_sdk._metrics import WorkerMetrics
+
+log = logging.getLogger("worker_sdk.reference")
+
+_STATUS_REFRESH_S = 0.2
+
+
+class ReferenceWorker:
+    """A worker whose connectors and tasks are entries in a set. Starting adds, stopping removes
+    (after `stop_delay_ms`, to act out slow stops). The status file is rewritten (atomically) before
+    a callback returns, so it never claims less than what runs: a stop is on disk before the
+    coordinator can hand the item to another worker."""
+
+    def __init__(
+        self,
+        coordinator: str | grpc.aio.Channel,
+        group_id: str,
+        *,
+        name: str = "worker",
+        instance_id: str | None = None,
+        url: str = "",
+        client_id: str = "",
+        assignors: tuple[ClientAssignor, ...] = DEFAULT_ASSIGNORS,
+        stop_delay_ms: int = 0,
+        start_delay_ms: int = 0,
+        status_file: str | Path | None = None,
+        rebalance_timeout_ms: int = 60_000,
+        request_timeout_ms: int = 5_000,
+        rng: random.Random | None = None,
+        metrics: WorkerMetrics | bool = True,
+    ) -> None:
+        self.name = name
+        self.stop_delay_s = stop_delay_ms / 1000
+        self.start_delay_s = start_delay_ms / 1000
+        self.status_file = Path(status_file) if status_file else None
+        self.running: Items = EMPTY
+        self.starts = 0
+        self.stops = 0
+        self._status_seq = 0
+        self._last_payload: dict[str, Any] | None = None
+        self.client = ConnectWorkerClient(
+            coordinator,
+            group_id,
+            self,
+            instance_id=instance_id,
+            url=url,
+            client_id=client_id or name,
+            assignors=assignors,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            rng=rng,
+            metrics=metrics,
+            on_change=lambda _c: self.write_status(),
+        )
+
+    # ---- the listener ----------------------------------------------------------------------------
+
+    async def on_assigned(self, items: Items) -> None:
+        if self.start_delay_s:
+            await asyncio.sleep(self.start_delay_s)
+        # Claim before the work starts: the status file never under-reports.
+        self.running |= items
+        self.starts += len(items)
+        self.write_status()
+        log.info("%s: started %s", self.name, items)
+
+    async def on_revoked(self, items: Items) -> None:
+        await self._stop(items, "revoked")
+
+    async def on_lost(self, items: Items) -> None:
+        await self._stop(items, "lost")
+
+    async def _stop(self, items: Items, why: str) -> None:
+        if self.stop_delay_s:
+            await asyncio.sleep(self.stop_delay_s)
+        self.running -= items
+        self.stops += len(items)
+        self.write_status()
+        log.info("%s: stopped %s (%s)", self.name, items, why)
+
+    # ---- status ----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        s = self.client.status()
+        s.update(name=self.name, pid=os.getpid(), running=self.running.to_json(), member_running=s["running"])
+        return s
+
+    def write_status(self) -> None:
+        """Rewrite the status file if anything changed (seq counts the writes)."""
+        if self.status_file is None:
+            return
+        payload = self.status()
+        if payload == self._last_payload:
+            return
+        self._last_payload = payload
+        self._status_seq += 1
+        doc = dict(payload, seq=self._status_seq, updated_unix_s=time.time())
+        tmp = self.status_file.with_name(self.status_file.name + ".tmp")
+        tmp.write_text(json.dumps(doc, sort_keys=True))
+        os.replace(tmp, self.status_file)
+
+    async def _refresh_status(self) -> None:
+        while True:
+            await asyncio.sleep(_STATUS_REFRESH_S)
+            self.write_status()
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until closed (raises FatalError like `ConnectWorkerClient.run`)."""
+        self.write_status()
+        refresher = asyncio.create_task(self._refresh_status())
+        try:
+            await self.client.run()
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+            self.write_status()
+
+    async def close(self, timeout_s: float = 30.0) -> None:
+        await self.client.close(timeout_s)
+
+    async def restart_leave(self, timeout_s: float = 30.0) -> None:
+        await self.client.restart_leave(timeout_s)

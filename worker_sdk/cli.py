@@ -1,0 +1,164 @@
+"""`connect-worker`: the reference worker.
+
+    connect-worker --coordinator HOST:PORT --group ID [--instance-id ID] [--url URL]
+                   [--assignors incremental-cooperative,eager] [--simulate N]
+                   [--status-file PATH] [--stop-delay-ms MS] [--metrics-listen HOST:PORT]
+
+Signals: SIGTERM and SIGINT stop the work and leave the group (member_epoch -1); SIGUSR1 is a
+static member's planned restart: stop the work, leave with -2, exit (a new process with the same
+--instance-id takes the assignment back with no rebalance).
+
+With --simulate N the process runs N workers, each its own member; `{i}` in --status-file,
+--instance-id and --url is replaced by the worker's index (--status-file must contain it, and
+--instance-id gets "-{i}" appended when it does not). Exit status: 0 after leaving, 1 if a worker
+hit a fatal error, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import signal
+import sys
+
+import grpc
+from prometheus_client import start_http_server
+
+from services.assignor import list_assignors
+from worker_sdk._client import FatalError
+from worker_sdk._member import ClientAssignor
+from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._reference import ReferenceWorker
+
+log = logging.getLogger("worker_sdk.cli")
+
+
+def parse_assignors(text: str) -> tuple[ClientAssignor, ...]:
+    """Names in order of preference; version ranges are the ones the local assignor library supports."""
+    known = {a.name: a for a in list_assignors()}
+    out = []
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        a = known.get(name)
+        if a is None:
+            raise ValueError(f"unknown assignor '{name}' (known: {', '.join(known)})")
+        out.append(ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.maximum_version))
+    if not out:
+        raise ValueError("--assignors lists no assignor")
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="connect-worker", description="Reference Kafka Connect worker (KIP-848 style).")
+    p.add_argument("--coordinator", required=True, help="coordinator HOST:PORT")
+    p.add_argument("--group", required=True, help="group id")
+    p.add_argument("--instance-id", default=None, help="static membership: a stable instance id")
+    p.add_argument("--url", default="", help="the worker's REST URL, as advertised to the group")
+    p.add_argument("--client-id", default="", help="client id (default: the worker's name)")
+    p.add_argument(
+        "--assignors",
+        default="incremental-cooperative,eager",
+        help="client-side assignors in order of preference (default %(default)s)",
+    )
+    p.add_argument("--simulate", type=int, default=1, metavar="N", help="run N workers in this process")
+    p.add_argument("--status-file", default=None, help="write {member_id, member_epoch, state, running, ...} here")
+    p.add_argument("--stop-delay-ms", type=int, default=0, help="how long stopping a connector/task takes")
+    p.add_argument("--start-delay-ms", type=int, default=0, help="how long starting a connector/task takes")
+    p.add_argument("--rebalance-timeout-ms", type=int, default=60_000)
+    p.add_argument("--request-timeout-ms", type=int, default=5_000)
+    p.add_argument("--metrics-listen", default="", help="serve Prometheus /metrics on HOST:PORT ('' disables)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the retry jitter (default: random)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def _name(template: str, i: int, n: int, suffix_if_missing: bool) -> str:
+    if "{i}" in template:
+        return template.replace("{i}", str(i))
+    return f"{template}-{i}" if suffix_if_missing and n > 1 else template
+
+
+def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
+    n = args.simulate
+    if n < 1:
+        raise ValueError("--simulate must be >= 1")
+    if n > 1 and args.status_file and "{i}" not in args.status_file:
+        raise ValueError("with --simulate N > 1, --status-file must contain {i}")
+    assignors = parse_assignors(args.assignors)
+    rng = random.Random(args.seed)
+    # One channel and one metrics registry for the whole process: simulated workers add up.
+    channel = grpc.aio.insecure_channel(args.coordinator) if n > 1 else None
+    metrics = WorkerMetrics()
+    workers = []
+    for i in range(n):
+        workers.append(
+            ReferenceWorker(
+                channel if channel is not None else args.coordinator,
+                args.group,
+                name=f"worker-{i}" if n > 1 else "worker",
+                instance_id=_name(args.instance_id, i, n, True) if args.instance_id else None,
+                url=_name(args.url, i, n, False) if args.url else "",
+                client_id=args.client_id,
+                assignors=assignors,
+                stop_delay_ms=args.stop_delay_ms,
+                start_delay_ms=args.start_delay_ms,
+                status_file=_name(args.status_file, i, n, False) if args.status_file else None,
+                rebalance_timeout_ms=args.rebalance_timeout_ms,
+                request_timeout_ms=args.request_timeout_ms,
+                rng=random.Random(rng.random()),
+                metrics=metrics,
+            )
+        )
+    if args.metrics_listen:
+        host, _, port = args.metrics_listen.rpartition(":")
+        start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
+    return workers
+
+
+async def run(args: argparse.Namespace) -> int:
+    workers = build_workers(args)
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task[None]] = []
+
+    def stop(temporary: bool) -> None:
+        if stopping:
+            return
+        log.info("%s: stopping the work and leaving the group", "static restart" if temporary else "shutdown")
+        for w in workers:
+            coro = w.restart_leave() if temporary and w.client.member.config.instance_id else w.close()
+            stopping.append(asyncio.ensure_future(coro))
+
+    loop.add_signal_handler(signal.SIGTERM, stop, False)
+    loop.add_signal_handler(signal.SIGINT, stop, False)
+    loop.add_signal_handler(signal.SIGUSR1, stop, True)
+    results = await asyncio.gather(*(w.run() for w in workers), return_exceptions=True)
+    if stopping:
+        await asyncio.gather(*stopping, return_exceptions=True)
+    status = 0
+    for w, result in zip(workers, results, strict=True):
+        if isinstance(result, FatalError):
+            log.error("%s: %s", w.name, result)
+            status = 1
+        elif isinstance(result, BaseException):
+            log.error("%s failed", w.name, exc_info=result)
+            status = 1
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        return asyncio.run(run(args))
+    except ValueError as e:
+        print(f"connect-worker: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
