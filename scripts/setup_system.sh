@@ -23,11 +23,13 @@ need() {
 }
 
 pg_server_present() { have_pkg postgresql || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
+prometheus_present() { have_cmd prometheus && have_cmd promtool; }
 python_venv_works() { have_cmd python3.11 && python3.11 -c 'import ensurepip, venv' 2>/dev/null; }
 
 need "python3.11 python3.11-venv" python_venv_works # the project's interpreter (.venv)
 need "postgresql" pg_server_present                 # integration tests start a real PostgreSQL server
 need "nodejs npm" have_cmd npm                      # installs the buf CLI into .tools/
+need "prometheus" prometheus_present                # e2e tests scrape /metrics with a real server + promtool
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all present"
