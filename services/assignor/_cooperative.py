@@ -48,7 +48,7 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
     base = _claim_targets(members, targets, conns)
     if len(base.claimed_connectors) < len(conns) or len(base.claimed_tasks) < total_tasks:
         for m in members:
-            _claim(base, m.member_id, m.owned, conns)
+            _claim(base, m.member_id, inp.owned.get(m.member_id, EMPTY), conns)
 
     lost, returned = _lost_work(inp, members, base)
     for member_id, items in returned:

@@ -25,8 +25,6 @@ class Member:
     instance_id: str | None = None
     # Its part of the current target; empty falls back to ``AssignInput.previous_target``.
     target: Items = EMPTY
-    # What it runs now; only consulted for items that no target claims.
-    owned: Items = EMPTY
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +133,9 @@ class AssignInput:
     connectors: Mapping[str, int]
     # The previous target, by member id; may list members that have left since.
     previous_target: Mapping[str, Items] = field(default_factory=dict)
+    # What each live member runs now, by member id. Only looked up when some item is in no target
+    # (usually never), which is why it is a mapping the protobuf edge can fill lazily.
+    owned: Mapping[str, Items] = field(default_factory=dict)
     state: AssignorState = EMPTY_STATE
     now_ms: int = 0
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
@@ -157,7 +157,27 @@ def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
 def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
     if not msg.connectors and not msg.tasks:
         return EMPTY
-    return Items(frozenset(msg.connectors), frozenset([TaskId(t.connector, t.task) for t in msg.tasks]))
+    # The same TaskId as TaskId(c, t), without the Python-level __new__ NamedTuple generates: this
+    # loop runs once per task of the group.
+    new = tuple.__new__
+    return Items(frozenset(msg.connectors), frozenset([new(TaskId, (t.connector, t.task)) for t in msg.tasks]))
+
+
+class _LazyItems(Mapping[str, Items]):
+    """Converts a member's message only when looked up: converting 100,000 owned tasks that the
+    assignor then never consults would cost several times the assignment itself."""
+
+    def __init__(self, messages: dict[str, common_pb2.ConnectorsAndTasks]) -> None:
+        self._messages = messages
+
+    def __getitem__(self, member_id: str) -> Items:
+        return _items(self._messages[member_id])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
 
 
 def to_input(
@@ -194,13 +214,13 @@ def to_input(
                 member_id=m.member_id,
                 instance_id=m.instance_id if m.HasField("instance_id") and m.instance_id else None,
                 target=target,
-                owned=_items(m.owned),
             )
         )
     inp = AssignInput(
         members=members,
         connectors={c.name: c.task_count for c in request.connectors},
         previous_target=previous,
+        owned=_LazyItems({m.member_id: m.owned for m in request.members}),
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
         max_delay_ms=max_delay_ms,

@@ -1,0 +1,183 @@
+"""Assignor benchmark: incremental cooperative assignment after one worker joins.
+
+    .venv/bin/python bench/assignor_bench.py [--quick] [--no-write]
+
+For (workers, tasks) = (100, 1,000), (1,000, 10,000), (10,000, 100,000), tasks in connectors of
+10 tasks each, starting from the assignor's own balanced target, one new worker joins. Reported:
+the median time of the pure core (``compute`` on plain Python types), of ``assign`` on the wire
+message in process (validation and protobuf conversion included), and for the largest case of
+one Assign RPC to a ``connect-assignor serve`` subprocess over loopback. The markdown table is
+printed and written to docs/benchmarks.md under "## Assignor" (other sections are left alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import grpc
+
+from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
+from services.assignor import INCREMENTAL_COOPERATIVE, AssignInput, Member, assign, compute
+from services.assignor.server import SERVER_OPTIONS
+
+REPO = Path(__file__).resolve().parents[1]
+
+CASES = [(100, 1_000, 5.0), (1_000, 10_000, 30.0), (10_000, 100_000, 300.0)]
+TASKS_PER_CONNECTOR = 10
+NEWCOMER = "worker-new"
+SECTION = "## Assignor"
+
+
+def joined_group(workers: int, tasks: int) -> AssignInput:
+    """The assignor's own balanced target for ``workers``, everyone reconciled, plus one new worker."""
+    conns = {f"connector-{i:06d}": TASKS_PER_CONNECTOR for i in range(tasks // TASKS_PER_CONNECTOR)}
+    ids = [f"worker-{i:06d}" for i in range(workers)]
+    initial = compute(INCREMENTAL_COOPERATIVE, AssignInput(members=[Member(m) for m in ids], connectors=conns))
+    members = [Member(m, target=initial.targets[m]) for m in ids]
+    return AssignInput(
+        members=[*members, Member(NEWCOMER)],
+        connectors=conns,
+        previous_target=initial.targets,
+        owned=initial.targets,
+    )
+
+
+def to_request(inp: AssignInput) -> assignor_pb2.AssignRequest:
+    """The request the coordinator would send for ``inp``: owned, target and the current target."""
+    req = assignor_pb2.AssignRequest(assignor_name=INCREMENTAL_COOPERATIVE, group_id="bench", now_ms=1)
+    for m in inp.members:
+        gm = req.members.add(member_id=m.member_id)
+        gm.assignor.name, gm.assignor.minimum_version, gm.assignor.maximum_version = INCREMENTAL_COOPERATIVE, 1, 2
+        gm.assignor.version = 2
+        m.target.to_proto(gm.target)
+        inp.owned.get(m.member_id, m.target).to_proto(gm.owned)
+    for name, count in inp.connectors.items():
+        req.connectors.add(name=name, task_count=count)
+    for mid, items in inp.previous_target.items():
+        items.to_proto(req.current_target.members.add(member_id=mid).connectors_and_tasks)
+    return req
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        gc.collect()  # every run starts from the same heap, not from the previous run's garbage
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def rpc_median_ms(req: assignor_pb2.AssignRequest, runs: int) -> float:
+    """Median wall time of one Assign RPC to a ``connect-assignor serve`` subprocess on loopback."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "services.assignor.cli", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        address = server.stdout.readline().strip().rpartition(" ")[2]
+        with grpc.insecure_channel(address, options=SERVER_OPTIONS) as channel:
+            stub = assignor_pb2_grpc.ConnectAssignorStub(channel)
+            response = stub.Assign(req, timeout=120)  # warm-up: connection, imports, first allocation
+            assert response.error == 0, response.error_message
+            return median_ms(lambda: stub.Assign(req, timeout=120), runs)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def write_section(markdown: str) -> Path:
+    path = REPO / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    section = f"{SECTION}\n\n{markdown.strip()}\n"
+    # Our section runs from its heading to the next "## " heading (or the end); replace only that.
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test of the script)")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+
+    rows = []
+    largest: assignor_pb2.AssignRequest | None = None
+    for workers, tasks, target_ms in CASES:
+        runs = 3 if args.quick else max(5, 200_000 // tasks)
+        inp = joined_group(workers, tasks)
+        out = compute(INCREMENTAL_COOPERATIVE, inp)
+        # Sanity: only the newcomer gains, by at most one share of each kind.
+        share = -(-tasks // (workers + 1)) + -(-len(inp.connectors) // (workers + 1))
+        assert out.moved == len(out.targets[NEWCOMER]) <= share
+        core = median_ms(partial(compute, INCREMENTAL_COOPERATIVE, inp), runs)
+        req = to_request(inp)
+        edge = median_ms(partial(assign, req), max(3, runs // 4))
+        rows.append((workers, tasks, out.moved, core, target_ms, edge, req.ByteSize()))
+        largest = req
+        print(f"  {workers} workers, {tasks} tasks: core {core:.2f} ms, assign() {edge:.1f} ms", file=sys.stderr)
+    assert largest is not None
+    rpc = rpc_median_ms(largest, 3 if args.quick else 5)
+
+    growth = [f"x{rows[i + 1][3] / rows[i][3]:.0f}" for i in range(len(rows) - 1)]
+    largest_core, largest_edge = rows[-1][3], rows[-1][5]
+    lines = [
+        "Incremental cooperative assignor, one worker joining a balanced group; tasks in connectors of",
+        f"{TASKS_PER_CONNECTOR} tasks. Median of repeated runs, measured by `bench/assignor_bench.py` on",
+        f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs.",
+        "",
+        "| workers | tasks | moved items | core (ms) | target (ms) | `assign()` on protobuf (ms) | request size (MB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for workers, tasks, moved, core, target_ms, edge, size in rows:
+        verdict = "met" if core <= target_ms else "missed"
+        lines.append(
+            f"| {workers:,} | {tasks:,} | {moved} | {core:.2f} | ≤ {target_ms:g} ({verdict}) | {edge:.1f} | "
+            f"{size / 1e6:.1f} |"
+        )
+    lines += [
+        "",
+        f"Growth of the core per 10x: {', '.join(growth)} (linear would be x10).",
+        "",
+        f"One Assign RPC for the largest case, to a `connect-assignor serve` subprocess over loopback "
+        f"(client serialisation, transfer, server parsing, conversion, computation and the response): "
+        f"**{rpc:.0f} ms** median.",
+        "",
+        "For comparison, Apache Kafka's server-side `UniformAssignor` JMH figures (Java, consumer groups,",
+        "as given in the project brief): 10,000 members x 10 partitions each ≈ 3.5 ms, x 50 ≈ 14 ms",
+        "(apache/kafka PR #17133 reports 4.3 ms for the 10,000 x 10 full assignment). At the same",
+        f"10,000 x 10 size the Python core takes {largest_core:.0f} ms, {largest_core / 3.5:.0f}x the JVM figure.",
+        f"In process, `assign()` on the wire message takes {largest_edge:.0f} ms of which the assignment is",
+        f"{largest_core:.0f} ms: the rest is protobuf conversion of every owned and targeted task, and the RPC",
+        "adds (de)serialisation of the multi-megabyte messages on both sides.",
+    ]
+    markdown = "\n".join(lines)
+    print(markdown)
+    if not args.no_write:
+        print(f"\nwritten to {write_section(markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
