@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -63,8 +63,8 @@ class _Plan:
 
     deleted_groups: list[str]
     deletes: dict[type, list[tuple[Any, ...]]]
-    upserts: dict[type, list[Params]]
-    events: list[Params]
+    upserts: dict[type, list[Record]]
+    events: list[RebalanceEvent]
 
     def empty(self) -> bool:
         return not (self.deleted_groups or self.deletes or self.upserts or self.events)
@@ -78,10 +78,10 @@ def compact(records: Iterable[Record]) -> _Plan:
     deleted_groups: dict[str, None] = {}
     # Per group so that a group tombstone can drop the group's earlier records in O(1).
     pending: dict[str, dict[tuple[Any, ...], Record]] = {}
-    events: list[Params] = []
+    events: list[RebalanceEvent] = []
     for r in records:
         if isinstance(r, RebalanceEvent):
-            events.append(event_params(r))
+            events.append(r)
             continue
         key = record_key(r)
         if key is None or type(r) not in CODECS:
@@ -93,14 +93,14 @@ def compact(records: Iterable[Record]) -> _Plan:
         pending.setdefault(r.group_id, {})[key] = r
 
     deletes: dict[type, list[tuple[Any, ...]]] = {}
-    upserts: dict[type, list[Params]] = {}
+    upserts: dict[type, list[Record]] = {}
     for group_records in pending.values():
         for r in group_records.values():
             codec = CODECS[type(r)]
             if codec.is_tombstone(r):
                 deletes.setdefault(type(r), []).append(codec.key(r))
             else:
-                upserts.setdefault(type(r), []).append(codec.to_params(r))
+                upserts.setdefault(type(r), []).append(r)
     return _Plan(list(deleted_groups), deletes, upserts, events)
 
 
@@ -281,15 +281,26 @@ class Storage:
             else:
                 conn.execute(delete(table).where(tuple_(*columns).in_(list(chunk))))
 
-    def _execute_many(self, conn: Connection, record_type: type, rows: list[Params]) -> None:
+    def _execute_many(self, conn: Connection, record_type: type, records: Sequence[Record]) -> None:
         """One executemany statement for all rows of a table (upsert, or append for events)."""
         stmt = self._statements.get(record_type)
         if stmt is None:
             stmt = self._statements[record_type] = self._build_statement(conn.dialect, record_type)
+        to_params: Callable[[Any], Params] = (
+            event_params if record_type is RebalanceEvent else CODECS[record_type].to_params
+        )
         if isinstance(stmt, _SqliteBulk):
-            conn.exec_driver_sql(stmt.sql, [stmt.encode(row) for row in rows])
+            # Rows are encoded one at a time as the driver consumes them: a big batch never holds
+            # all its parameter tuples at once, which keeps the cyclic GC from rescanning them.
+            # (The raw cursor is the connection's own, so this runs inside the transaction.)
+            encode = stmt.encode
+            cursor = conn.connection.cursor()
+            try:
+                cursor.executemany(stmt.sql, (encode(to_params(r)) for r in records))  # type: ignore[arg-type]
+            finally:
+                cursor.close()
         else:
-            conn.execute(stmt, rows)
+            conn.execute(stmt, [to_params(r) for r in records])
 
     def _build_statement(self, dialect: Dialect, record_type: type) -> Insert | _SqliteBulk:
         if record_type is RebalanceEvent:
