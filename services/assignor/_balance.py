@@ -7,6 +7,8 @@ members once and the items that actually move.
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -155,17 +157,28 @@ def shed_connectors(connectors: Collection[str], n: int) -> list[str]:
     return sorted(connectors)[-n:]
 
 
-def shed_tasks(tasks: Collection[TaskId], n: int) -> list[TaskId]:
-    """The tasks a member gives up first: from the connectors it runs most tasks of.
+class TaskShedder:
+    """Chooses the tasks that overloaded members give up, one run's members after another.
 
-    Ranking each task by its position among the member's tasks of the same connector and giving up
-    the highest ranks first thins the biggest piles first, which spreads a connector's tasks.
+    Each member gives up tasks from its biggest pile of one connector's tasks first; between equal
+    piles, from the connector fewest tasks have been taken from so far in this run. So the tasks a
+    newcomer receives come from different connectors rather than being one connector's pile.
     """
-    ranked: list[tuple[int, TaskId]] = []
-    previous, rank = None, 0
-    for task in sorted(tasks):
-        rank = rank + 1 if task[0] == previous else 0
-        previous = task[0]
-        ranked.append((-rank, task))
-    ranked.sort()
-    return [task for _, task in ranked[:n]]
+
+    def __init__(self) -> None:
+        self._taken: Counter[str] = Counter()
+
+    def __call__(self, tasks: Collection[TaskId], n: int) -> list[TaskId]:
+        piles: dict[str, list[TaskId]] = {}
+        for task in sorted(tasks):
+            piles.setdefault(task.connector, []).append(task)
+        heap = [(-len(pile), self._taken[c], c) for c, pile in piles.items()]
+        heapq.heapify(heap)
+        out = []
+        for _ in range(n):
+            _, _, c = heapq.heappop(heap)
+            out.append(piles[c].pop())  # its highest task number
+            self._taken[c] += 1
+            if piles[c]:
+                heapq.heappush(heap, (-len(piles[c]), self._taken[c], c))
+        return out

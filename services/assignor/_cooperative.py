@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from services.assignor._balance import rebalance, shed_connectors, shed_tasks
+from services.assignor._balance import TaskShedder, rebalance, shed_connectors
 from services.assignor._model import AssignInput, AssignorState, AssignOutput, LostWork, Member
 from services.common.items import EMPTY, Items, TaskId
 
@@ -90,7 +90,7 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
         released_tasks,
         candidates,
         allow_revoke=not holding,
-        shed=shed_tasks,
+        shed=TaskShedder(),
         tiebreak=connector_moves.counts,
     )
 
