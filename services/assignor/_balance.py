@@ -64,10 +64,10 @@ def rebalance(
         quotas = _levelling_quotas(ids, counts, unassigned)
 
     revoked: dict[str, list[K]] = {}
-    for m, items in held.items():
+    for m in ids:  # a fixed order: ``shed`` may depend on what earlier members gave up
         excess = counts[m] - quotas[m]
         if excess > 0:
-            revoked[m] = shed(items, excess)
+            revoked[m] = shed(held[m], excess)
             counts[m] -= excess
 
     # Least loaded first, so that with fewer items than receivers the emptiest members get them.

@@ -70,7 +70,7 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
 
     lost_connectors = {c for w in lost for c in w.items.connectors}
     lost_tasks = {t for w in lost for t in w.items.tasks}
-    fresh_connectors = _unclaimed(sorted(conns), base.claimed_connectors, lost_connectors)
+    fresh_connectors = _unclaimed_connectors(conns, base.claimed_connectors, lost_connectors)
     fresh_tasks = _unclaimed_tasks(conns, total_tasks, base.claimed_tasks, lost_tasks)
     released_connectors = [] if holding else sorted(lost_connectors)
     released_tasks = [] if holding else sorted(lost_tasks)
@@ -193,17 +193,24 @@ def _lost_work(
         return (), []
 
     conns = inp.connectors
+    claimed_connectors, claimed_tasks = base.claimed_connectors, base.claimed_tasks
     # An item listed for two departed members is lost once, for the first of them.
-    taken_connectors = set(base.claimed_connectors)
-    taken_tasks = set(base.claimed_tasks)
+    seen_connectors: set[str] = set()
+    seen_tasks: set[TaskId] = set()
     lost: list[LostWork] = []
     returned: list[tuple[str, Items]] = []
     for mid in sorted(departed):
         work = departed[mid]
-        cs = frozenset(c for c in work.items.connectors if c in conns and c not in taken_connectors)
-        ts = frozenset(t for t in work.items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in taken_tasks)
-        taken_connectors.update(cs)
-        taken_tasks.update(ts)
+        cs = frozenset(
+            c for c in work.items.connectors if c in conns and c not in claimed_connectors and c not in seen_connectors
+        )
+        ts = frozenset(
+            t
+            for t in work.items.tasks
+            if 0 <= t[1] < conns.get(t[0], 0) and t not in claimed_tasks and t not in seen_tasks
+        )
+        seen_connectors.update(cs)
+        seen_tasks.update(ts)
         if not cs and not ts:
             continue
         items = Items(cs, ts)
@@ -215,10 +222,10 @@ def _lost_work(
     return tuple(lost), returned
 
 
-def _unclaimed(connectors: list[str], claimed: set[str], lost: set[str]) -> list[str]:
-    if len(claimed) + len(lost) >= len(connectors):
+def _unclaimed_connectors(conns: Mapping[str, int], claimed: set[str], lost: set[str]) -> list[str]:
+    if len(claimed) + len(lost) >= len(conns):
         return []
-    return [c for c in connectors if c not in claimed and c not in lost]
+    return [c for c in sorted(conns) if c not in claimed and c not in lost]
 
 
 def _unclaimed_tasks(conns: Mapping[str, int], total: int, claimed: set[TaskId], lost: set[TaskId]) -> list[TaskId]:
