@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Bring the system up locally, in the foreground. `make up` runs this after `make setup`;
-# `make up ARGS='...'` passes ARGS on, e.g. ARGS='--set group.connect.session.timeout.ms=6000'.
-#
-# For now that is the coordinator alone on its defaults (gRPC 127.0.0.1:8470, SQLite in
-# ./data/coordinator.db, metrics 127.0.0.1:9470). To grow it into the full local stack
-# (assignor, reference workers, connectors), start those in the background above the last
-# line, stop them from an EXIT trap, and run the coordinator without `exec`.
+# Bring the whole system up locally, in the foreground: coordinator (SQLite under ./data), assignor
+# service, three reference workers, two connectors, and a live view of the group. Ctrl-C stops
+# everything cleanly. `make up` runs this after `make setup`; `make up ARGS='...'` passes ARGS on:
+#   ARGS=--scenario        also play seed 001's case studies (a worker joins, dies, bounces), narrated
+#   ARGS='--workers 5'     more workers;  ARGS='--duration 30'  stop by itself
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=$ROOT/.venv/bin
 cd "$ROOT"
-
-exec "$BIN/connect-coordinator" serve "$@"
+exec "$ROOT/.venv/bin/python" "$ROOT/scripts/local_stack.py" "$@"
