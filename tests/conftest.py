@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.coordinator",
+    "tests.fixtures.prometheus",
 ]
