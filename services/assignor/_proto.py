@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -154,13 +156,16 @@ def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
     return min(versions, default=info.maximum_version)
 
 
+# TaskId(c, t) without the Python-level __new__ that NamedTuple generates, so that converting a
+# member's tasks is one loop in C: this runs for every task of the group.
+_task_id = partial(tuple.__new__, TaskId)
+_task_fields = attrgetter("connector", "task")
+
+
 def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
     if not msg.connectors and not msg.tasks:
         return EMPTY
-    # The same TaskId as TaskId(c, t), without the Python-level __new__ NamedTuple generates: this
-    # loop runs once per task of the group.
-    new = tuple.__new__
-    return Items(frozenset(msg.connectors), frozenset([new(TaskId, (t.connector, t.task)) for t in msg.tasks]))
+    return Items(frozenset(msg.connectors), frozenset(map(_task_id, map(_task_fields, msg.tasks))))
 
 
 class _LazyItems(Mapping[str, Items]):
