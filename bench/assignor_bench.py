@@ -20,6 +20,7 @@ import re
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from functools import partial
@@ -144,40 +145,42 @@ def main() -> int:
 
     growth = [f"x{rows[i + 1][3] / rows[i][3]:.0f}" for i in range(len(rows) - 1)]
     largest_core, largest_edge = rows[-1][3], rows[-1][6]
-    lines = [
-        "Incremental cooperative assignor, one worker joining a balanced group; tasks in connectors of",
-        f"{TASKS_PER_CONNECTOR} tasks. Median of repeated runs, measured by `bench/assignor_bench.py` on",
-        f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs,",
-        f"load average {load:.1f} when it started (the machine is shared; the best run is given next to the",
-        "median as a hint of the noise).",
-        "",
+    intro = (
+        "Incremental cooperative assignor, one worker joining a balanced group; tasks in connectors of "
+        f"{TASKS_PER_CONNECTOR} tasks. Medians of repeated runs of `bench/assignor_bench.py` on "
+        f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {load:.1f} when it started (the machine is shared; the best "
+        "run is given next to the median as a hint of the noise)."
+    )
+    table = [
         "| workers | tasks | moved items | core median (ms) | core best (ms) | target (ms) "
         "| `assign()` on protobuf (ms) | request size (MB) |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for workers, tasks, moved, core, best, target_ms, edge, size in rows:
         verdict = "met" if core <= target_ms else "missed"
-        lines.append(
+        table.append(
             f"| {workers:,} | {tasks:,} | {moved} | {core:.2f} | {best:.2f} | ≤ {target_ms:g} ({verdict}) "
             f"| {edge:.1f} | {size / 1e6:.1f} |"
         )
-    lines += [
-        "",
+    after = [
         f"Growth of the core per 10x: {', '.join(growth)} (linear would be x10).",
-        "",
-        f"One Assign RPC for the largest case, to a `connect-assignor serve` subprocess over loopback "
-        f"(client serialisation, transfer, server parsing, conversion, computation and the response): "
+        "One Assign RPC for the largest case, to a `connect-assignor serve` subprocess over loopback "
+        "(client serialisation, transfer, server parsing, conversion, computation and the response): "
         f"**{rpc:.0f} ms** median.",
-        "",
-        "For comparison, Apache Kafka's server-side `UniformAssignor` JMH figures (Java, consumer groups,",
-        "as given in the project brief): 10,000 members x 10 partitions each ≈ 3.5 ms, x 50 ≈ 14 ms",
-        "(apache/kafka PR #17133 reports 4.3 ms for the 10,000 x 10 full assignment). At the same",
+        "For comparison, Apache Kafka's server-side `UniformAssignor` JMH figures (Java, consumer groups, as "
+        "given in the project brief): 10,000 members x 10 partitions each ≈ 3.5 ms, x 50 ≈ 14 ms (apache/kafka "
+        "PR #17133 reports 4.3 ms for the 10,000 x 10 full assignment). The workloads are alike, not identical "
+        "(partitions of topics there; connectors and tasks counted separately here, after one join). At that "
         f"10,000 x 10 size the Python core takes {largest_core:.0f} ms, {largest_core / 3.5:.0f}x the JVM figure.",
-        f"In process, `assign()` on the wire message takes {largest_edge:.0f} ms, of which the assignment is",
-        f"{largest_core:.0f} ms: the rest is validation and converting every targeted task from protobuf",
-        "(owned sets are only converted when some item is in no target). The RPC adds (de)serialising the",
+        f"In process, `assign()` on the wire message takes {largest_edge:.0f} ms, of which the assignment is "
+        f"{largest_core:.0f} ms: the rest is validation and converting every targeted task from protobuf (owned "
+        "sets are only converted when some item is in no target). The RPC adds (de)serialising the "
         "multi-megabyte request and response on both sides.",
     ]
+    lines = [textwrap.fill(intro, 100), "", *table, ""]
+    for paragraph in after:
+        lines += [textwrap.fill(paragraph, 100), ""]
     markdown = "\n".join(lines)
     print(markdown)
     if not args.no_write:

@@ -207,13 +207,14 @@ def to_input(
     members = []
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
     for m in request.members:
+        msg: common_pb2.ConnectorsAndTasks | None
         if m.member_id in live_with_target:
-            target = _items(m.target)
-            sources[m.member_id] = (target, m.target)
+            target, msg = _items(m.target), m.target
         else:
-            target = previous.get(m.member_id, EMPTY)
-            if m.member_id in previous_msgs:
-                sources[m.member_id] = (target, previous_msgs[m.member_id])
+            target, msg = previous.get(m.member_id, EMPTY), previous_msgs.get(m.member_id)
+        # Only a message without repeated entries can stand in for its items in the response.
+        if msg is not None and len(target) == len(msg.connectors) + len(msg.tasks):
+            sources[m.member_id] = (target, msg)
         members.append(
             Member(
                 member_id=m.member_id,

@@ -76,6 +76,11 @@ def test_in_process_server() -> None:
             assert 'connect_assignor_requests_total{method="Assign",result="INVALID_REQUEST"}' in text
             assert "connect_assignor_assign_duration_seconds_bucket" in text
             assert "connect_assignor_moved_items_total" in text
+            # Draining: health says NOT_SERVING while the server still answers (stop() starts so).
+            await running.health.enter_graceful_shutdown()
+            async with grpc.aio.insecure_channel(running.address) as channel:
+                status = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+                assert status.status == health_pb2.HealthCheckResponse.NOT_SERVING
         finally:
             await running.stop(grace=1)
         # Stopped: the port no longer answers.

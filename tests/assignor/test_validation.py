@@ -157,3 +157,14 @@ def test_unknown_items_in_targets_are_dropped_not_rejected() -> None:
 def test_empty_group() -> None:
     response = assign(assignor_pb2.AssignRequest(assignor_name=INCREMENTAL_COOPERATIVE))
     assert response.error == 0 and not response.members and response.rebalance_delay_ms == 0
+
+
+def test_repeated_entries_in_a_target_are_not_echoed() -> None:
+    """An unchanged target is answered with the message it came in, unless that repeats an entry."""
+    req = _request()
+    before = {m.member_id: m.connectors_and_tasks for m in assign(req).members}
+    gm = next(m for m in req.members if m.target.connectors and m.target.tasks)
+    gm.target.connectors.append(gm.target.connectors[0])
+    gm.target.tasks.append(gm.target.tasks[0])
+    after = {m.member_id: m.connectors_and_tasks for m in assign(req).members}
+    assert after == before
