@@ -127,7 +127,7 @@ def main() -> int:
     rows = []
     largest: assignor_pb2.AssignRequest | None = None
     for workers, tasks, target_ms in CASES:
-        runs = 3 if args.quick else max(5, 200_000 // tasks)
+        runs = 3 if args.quick else max(11, 200_000 // tasks)
         inp = joined_group(workers, tasks)
         out = compute(INCREMENTAL_COOPERATIVE, inp)
         # Sanity: only the newcomer gains, by at most one share of each kind.

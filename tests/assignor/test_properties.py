@@ -211,3 +211,29 @@ def test_any_state_bytes_are_tolerated(state: bytes) -> None:
     result = group.assign()
     assert result.delay == 0
     assert Counter(len(i) for i in result.after.values()) == Counter([3, 4])
+
+
+def _fewest_moves(counts: list[int], total: int) -> int:
+    """The fewest items that must change member to bring ``counts`` within one of the average."""
+    base, extra = divmod(total, len(counts))
+    above = sum(1 for c in counts if c > base)
+    return sum(max(0, c - base - 1) for c in counts) + max(0, above - extra)
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, st.integers(1, 6), st.data())
+def test_moves_are_the_fewest_balance_needs(conns: dict[str, int], n: int, data: st.DataObject) -> None:
+    """Sticky: from any complete assignment (each item on exactly one live member), only as many
+    connectors and tasks move as balance strictly requires."""
+    members = MEMBERS[:n]
+    group = Group(dict(conns)).join(*members)
+    placed: dict[str, set[str | TaskId]] = {m: set() for m in members}
+    for item in all_items(conns).item_keys():
+        placed[data.draw(st.sampled_from(members))].add(item)
+    group.target = {m: _items(items) for m, items in placed.items()}
+    result = group.assign()
+    assert result.moved() == (
+        _fewest_moves([len(result.before[m].connectors) for m in members], len(conns)),
+        _fewest_moves([len(result.before[m].tasks) for m in members], sum(conns.values())),
+    )
+    assert_balanced(result.after)
