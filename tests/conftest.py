@@ -3,5 +3,6 @@
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.coordinator",
+    "tests.fixtures.processes",
     "tests.fixtures.prometheus",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -322,7 +324,7 @@ def test_request_timeout_is_capped_at_half_the_session() -> None:
         lambda r: setattr(r, "member_epoch", -5),
     ],
 )
-def test_malformed_response_is_an_error_and_nothing_of_it_is_applied(mutate) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_response_is_an_error_and_nothing_of_it_is_applied(mutate: Callable[[Any], None]) -> None:
     m = joined(items("a"))
     out = send(m, INTERVAL)
     bad = response(epoch=2, assigned=items("a", "b"))
