@@ -34,7 +34,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Prometheus /metrics address; empty disables it "
         f"(env CONNECT_ASSIGNOR_METRICS_LISTEN, default {DEFAULT_METRICS_LISTEN})",
     )
-    serve.add_argument("--log-level", default=os.environ.get("CONNECT_ASSIGNOR_LOG_LEVEL", "INFO"))
+    serve.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default=os.environ.get("CONNECT_ASSIGNOR_LOG_LEVEL", "INFO").upper(),
+    )
     return parser
 
 
@@ -55,7 +60,7 @@ async def _serve(listen: str, metrics_listen: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        stream=sys.stderr, level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         return asyncio.run(_serve(args.listen, args.metrics_listen or None))
