@@ -6,6 +6,7 @@ group must have converged. Each seed is a different schedule; a failure names it
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import random
@@ -102,13 +103,12 @@ class Sim:
 
     # ---- workers ---------------------------------------------------------------------------------
 
-    def add_worker(self, name: str) -> SimWorker:
+    def add_worker(self, name: str) -> None:
         config = MemberConfig(group_id=GROUP, rebalance_timeout_ms=2_000, request_timeout_ms=1_000)
         w = SimWorker(name, Member(config, rng=random.Random(self.rng.random())))
         self.workers.append(w)
         w.member.join(self.now)
         self.drive(w)
-        return w
 
     def drive(self, w: SimWorker) -> None:
         if not w.alive:
@@ -225,7 +225,7 @@ def scenario(seed: int, **overrides: Any) -> Sim:
     for name, n in connectors.items():
         sim.admin(core.put_connector, admin_pb2.PutConnectorRequest(group_id=GROUP, connector=name, task_count=n))
     for i in range(5):
-        sim.at(sim.rng.randint(0, 500), lambda i=i: sim.add_worker(f"w{i}"))  # type: ignore[misc]
+        sim.at(sim.rng.randint(0, 500), functools.partial(sim.add_worker, f"w{i}"))
 
     def put(name: str, n: int) -> None:
         connectors[name] = n
@@ -248,7 +248,7 @@ def scenario(seed: int, **overrides: Any) -> Sim:
     sim.at(8_000, lambda: delete("b"))
     sim.at(10_000, lambda: put("a", 6))
     sim.at(12_000, crash)
-    sim.at(14_000, lambda: sim.add_worker("w5"))
+    sim.at(14_000, functools.partial(sim.add_worker, "w5"))
     sim.run_until(40_000)
     sim.expected = all_items(connectors)  # type: ignore[attr-defined]
     return sim
