@@ -17,7 +17,7 @@ from services.common.items import Items, TaskId
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.records import RebalanceEvent, Record, record_key
-from services.coordinator.state import CoordinatorState, Group
+from services.coordinator.state import CoordinatorState, Group, Member
 
 IC = ("incremental-cooperative", 1, 2)
 EAGER = ("eager", 0, 0)
@@ -107,7 +107,8 @@ class Context:
             before = self.durable()
             for mid, m in list(self.group(gid).members.items()):
                 if m.member_epoch >= 0:
-                    self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned)
+                    r = self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned, assignors=own_assignors(m))
+                    assert r.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), r
             if self.durable() == before:
                 return
         raise AssertionError(f"group {gid} did not converge: {self.snapshot(gid)}")
@@ -125,25 +126,39 @@ class Context:
                 if m is not None and m.member_epoch >= 0:
                     self.heartbeat(mid, m.member_epoch, gid, owned=m.current.assigned)
 
-    def service_request(self, group_id: str = "g") -> assignor_pb2.AssignRequest:
-        """The Assign call the coordinator has queued for the assignor service (service mode), not yet answered."""
+    def service_calls(self, group_id: str = "g") -> list[ServiceAssignment]:
+        """Take every Assign call queued for the assignor service (service mode) for the group, oldest first."""
         self._service_calls.extend(self.coordinator.take_service_assignments())
-        queued = [s for s in self._service_calls if s.group_id == group_id]
-        assert len(queued) == 1, queued
-        return queued[0].request
+        mine = [s for s in self._service_calls if s.group_id == group_id]
+        self._service_calls = [s for s in self._service_calls if s.group_id != group_id]
+        return mine
+
+    def answer_service(
+        self, call: ServiceAssignment, targets: dict[str, Items], *, error: int = 0, delay_ms: int = 0
+    ) -> int:
+        """Answer one Assign call as the assignor service would; returns the coordinator's error code."""
+        resp = assignor_pb2.AssignResponse(error=error, rebalance_delay_ms=delay_ms)
+        for mid, its in targets.items():
+            its.to_proto(resp.members.add(member_id=mid).connectors_and_tasks)
+        return int(
+            self._apply(self.coordinator.complete_service_assignment(call.group_id, call.group_epoch, resp, self.now))
+        )
+
+    def service_request(self, group_id: str = "g") -> assignor_pb2.AssignRequest:
+        """The one Assign call queued for the group, left queued (for a look at the assignor's input)."""
+        calls = self.service_calls(group_id)
+        self._service_calls.extend(calls)
+        assert len(calls) == 1, calls
+        return calls[0].request
 
     def service_compute(
         self, targets: dict[str, Items], group_id: str = "g", *, error: int = 0, delay_ms: int = 0
     ) -> assignor_pb2.AssignRequest:
-        """Act as the assignor service (service mode): answer the queued Assign call with `targets`."""
-        request = self.service_request(group_id)
-        self._service_calls = [s for s in self._service_calls if s.group_id != group_id]
-        resp = assignor_pb2.AssignResponse(error=error, rebalance_delay_ms=delay_ms)
-        for mid, its in targets.items():
-            its.to_proto(resp.members.add(member_id=mid).connectors_and_tasks)
-        code = self._apply(self.coordinator.complete_service_assignment(group_id, request.group_epoch, resp, self.now))
-        assert code == ErrorCode.NONE, code
-        return request
+        """Act as the assignor service (service mode): answer the one queued Assign call with `targets`."""
+        calls = self.service_calls(group_id)
+        assert len(calls) == 1, calls
+        assert self.answer_service(calls[0], targets, error=error, delay_ms=delay_ms) == ErrorCode.NONE
+        return calls[0].request
 
     # -- RPCs
     def heartbeat(
@@ -279,6 +294,23 @@ class Context:
         for r in compact(self.log):
             fresh.replay(r)
         assert durable_view(fresh) == durable_view(self.coordinator.state)
+
+
+def own_assignors(member: Member) -> common_pb2.ClientAssignors:
+    """The assignors a member advertised (to resend them unchanged)."""
+    return common_pb2.ClientAssignors(
+        assignors=[
+            common_pb2.Assignor(
+                name=a.name,
+                minimum_version=a.minimum_version,
+                maximum_version=a.maximum_version,
+                reason=a.reason,
+                version=a.version,
+                metadata=a.metadata,
+            )
+            for a in member.meta.assignors
+        ]
+    )
 
 
 def compact(log: Iterable[Record]) -> list[Record]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
@@ -630,3 +632,24 @@ def test_restart_rearms_sessions_revocations_held_work_and_the_computation() -> 
     ctx.sleep(1)
     assert ctx.group().held == {}
     ctx.check_recovery()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design gap: when the only worker covering every version in use leaves, no executor can be "
+    "chosen; the group stays Assigning and nobody is told (no COMPUTE_ASSIGNMENT, no UNSUPPORTED_ASSIGNOR)",
+)
+def test_losing_the_only_worker_covering_every_version_is_signalled() -> None:
+    ctx = Context()
+    ctx.put_connector("A", 1)
+    ctx.join("A", assignors=assignors_proto(("ic", 1, 5)))
+    ctx.join("B", assignors=assignors_proto(("ic", 3, 4)))
+    ctx.join("C", assignors=assignors_proto(("ic", 2, 3)))  # accepted: A covers 2..4
+    ctx.compute("A", {"A": items("AC0"), "B": items("AT0"), "C": Items()})
+    ctx.converge()
+    e = ctx.group().epoch
+    ctx.heartbeat("A", -1)  # A's connector is lost work now
+    ctx.keepalive(60_000, ["B", "C"])
+    codes = {ctx.heartbeat(m, epoch_of(ctx, m)).error_code for m in ("B", "C")}
+    assert ctx.group().epoch == e + 1 and ctx.snapshot()["state"] == "Assigning"
+    assert codes & {ErrorCode.COMPUTE_ASSIGNMENT, ErrorCode.UNSUPPORTED_ASSIGNOR}
