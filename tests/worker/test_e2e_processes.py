@@ -160,3 +160,34 @@ def test_static_member_bounce_gets_its_work_back_without_a_rebalance(
     nobody_else_moves(Snapshot({p: d for p, d in snap.docs.items() if p != status}))
     assert admin.describe().group_epoch == epoch, "the bounce caused no rebalance"
     coordinator_agrees(admin, snap)
+
+
+def test_simulated_workers_in_one_process_with_slow_stops(
+    processes: Processes, worker_coordinator: ManagedProcess, admin: Admin, tmp_path: Path
+) -> None:
+    admin.set_config("scheduled.rebalance.max.delay.ms", "0")
+    admin.put("a", 4)
+    admin.put("b", 4)
+    fleet = Fleet()
+    paths = [fleet.add(tmp_path / f"sim-{i}.json") for i in range(4)]
+    sim = processes.start_worker(
+        worker_coordinator.address,
+        GROUP,
+        name="sim",
+        status_file=tmp_path / "sim-{i}.json",
+        simulate=4,
+        extra=["--stop-delay-ms", "150", "--metrics-listen", "127.0.0.1:0"],
+    )
+    start(processes, worker_coordinator, fleet, tmp_path, "solo")
+    snap = fleet.wait_for("five workers settled", settled(admin, 5))
+    assert len({snap.docs[p]["pid"] for p in paths}) == 1, "the four simulated workers share one process"
+    assert len({d["member_id"] for d in snap.docs.values()}) == 5
+
+    admin.put("c", 6)  # moves work around; every stop takes 150 ms
+    fleet.wait_for("the fleet to take c", settled(admin, 5))
+
+    assert sim.stop(signal.SIGTERM, timeout_s=15) == 0  # all four leave gracefully
+    for p in paths:
+        fleet.drop(p)
+    snap = fleet.wait_for("everything on the solo worker", settled(admin, 1), timeout_s=15)
+    assert snap.union() == admin.expected()
