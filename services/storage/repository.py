@@ -18,7 +18,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import JSON, Connection, Dialect, Engine, Table, create_engine, delete, event, insert, select, tuple_
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Dialect,
+    Engine,
+    Table,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +45,9 @@ from services.storage.codec import CODECS, Params, TableCodec, event_from_row, e
 _json_dumps = json.dumps
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+# Arbitrary constant identifying "the coordinator schema migration" among advisory locks.
+_MIGRATION_LOCK_KEY = 0x636F6E6E656374  # "connect"
 
 # Keys per DELETE ... WHERE (k1, k2) IN (...): well under SQLite's bound-parameter limit (32766).
 _DELETE_CHUNK = 500
@@ -157,13 +173,18 @@ class Storage:
         if self._engine is not None:
             return
         engine = self._create_engine()
+        self._engine = engine
         try:
-            with engine.begin() as conn:
+            # Two processes opening a fresh database at once must not both create the schema:
+            # SQLite takes the write lock up front, PostgreSQL an advisory lock for the transaction.
+            with self._connect(write=True) as conn, conn.begin():
+                if self._dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
                 migrate.upgrade(conn)
         except Exception as e:
+            self._engine = None
             engine.dispose()
             raise StorageError(f"cannot open {self._safe_url()}: {e}") from e
-        self._engine = engine
 
     def close(self) -> None:
         if self._engine is not None:

@@ -62,3 +62,29 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "env.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert migrate.head_revision() == "0001"
+
+
+def test_concurrent_first_opens_create_the_schema_once(db_url: str) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+    stores = [Storage(db_url) for _ in range(4)]
+
+    def open_one(s: Storage) -> None:
+        try:
+            s.open()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        with stores[0].engine.connect() as conn:
+            assert migrate.current_revision(conn) == migrate.head_revision()
+    finally:
+        for s in stores:
+            s.close()
