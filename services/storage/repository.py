@@ -49,6 +49,9 @@ SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 # Arbitrary constant identifying "the coordinator schema migration" among advisory locks.
 _MIGRATION_LOCK_KEY = 0x636F6E6E656374  # "connect"
 
+# Rows per multi-row INSERT on PostgreSQL (SQLAlchemy's default insertmanyvalues page size).
+_PG_PAGE = 1000
+
 # Keys per DELETE ... WHERE (k1, k2) IN (...): well under SQLite's bound-parameter limit (32766).
 _DELETE_CHUNK = 500
 
@@ -321,7 +324,10 @@ class Storage:
             finally:
                 cursor.close()
         else:
-            conn.execute(stmt, [to_params(r) for r in records])
+            # insertmanyvalues sends pages of _PG_PAGE rows per INSERT anyway; handing it one page
+            # at a time keeps the parameter dicts of a big batch from piling up (GC, memory).
+            for chunk in _chunks(records, _PG_PAGE):
+                conn.execute(stmt, [to_params(r) for r in chunk])
 
     def _build_statement(self, dialect: Dialect, record_type: type) -> Insert | _SqliteBulk:
         if record_type is RebalanceEvent:
