@@ -128,11 +128,10 @@ class CoordinatorRuntime:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # The writer first: loading may itself produce records (e.g. an assignment requested again).
+        self._tasks = [asyncio.create_task(self._writer(), name="writer")]
         await self._load()
-        self._tasks = [
-            asyncio.create_task(self._writer(), name="writer"),
-            asyncio.create_task(self._timers(), name="timers"),
-        ]
+        self._tasks.append(asyncio.create_task(self._timers(), name="timers"))
         self._tasks.append(asyncio.create_task(self._loop_monitor(), name="loop-monitor"))
 
     async def stop(self) -> None:

@@ -51,3 +51,29 @@ def test_sigkill_mid_reconciliation_then_recover(database_url: str) -> None:
         c.close()
     finally:
         assert second.stop() == 0  # graceful SIGTERM shutdown exits cleanly
+
+
+def test_restart_while_an_assignment_is_pending(database_url: str) -> None:
+    """A group that still needs a target when the coordinator dies: the restarted coordinator asks
+    for it again (recovery itself writes records) and serves at once."""
+    first = CoordinatorProcess(database_url).start()
+    try:
+        c = Client(first.address)
+        c.put_connector("A", 3)
+        assert c.heartbeat("W1", 0).error_code == ErrorCode.COMPUTE_ASSIGNMENT
+        assert c.view()["state"] == "Assigning"
+        c.close()
+    finally:
+        first.kill()
+    second = CoordinatorProcess(database_url).start()
+    try:
+        c = Client(second.address)
+        assert c.view()["state"] == "Assigning"
+        r = c.heartbeat("W1", 0)
+        assert r.error_code == ErrorCode.COMPUTE_ASSIGNMENT  # the pending assignment resumed
+        prep = c.prepare("W1", 0)
+        assert c.install("W1", 0, prep.group_epoch, {"W1": A_ITEMS}).error_code == ErrorCode.NONE
+        assert Items.from_proto(c.heartbeat("W1", 0).assignment.assigned) == A_ITEMS
+        c.close()
+    finally:
+        assert second.stop() == 0
