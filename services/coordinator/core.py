@@ -235,7 +235,9 @@ class GroupCoordinator:
         self.timer.schedule(_session_key(gid, mid), member.session_deadline_ms)
 
         before = member.current
-        self._reconcile(sink, group, member, owned, now)
+        # A lost-response request was sent before the member learned its current epoch, so before any
+        # revocation at that epoch reached it: its `owned` cannot acknowledge one.
+        self._reconcile(sink, group, member, None if lost_response else owned, now)
         self._after_change(sink, group, now)
 
         inflight = group.in_flight
@@ -1017,8 +1019,8 @@ class GroupCoordinator:
 
     def load(self, records: Iterable[Record], now_ms: int) -> Result:
         """Rebuild memory from stored records (the same replay as live handling), then re-arm what is
-        not stored: every member gets a fresh session, revocations a fresh rebalance timeout, held work
-        a fresh session's wait, and groups that need an assignment start one."""
+        not stored: every member gets a fresh (maximal) session, revocations a fresh rebalance timeout,
+        held work a fresh (maximal) session's wait, and groups that need an assignment start one."""
         self.state = CoordinatorState()
         self.timer.clear()
         self._service_queue.clear()
@@ -1026,7 +1028,11 @@ class GroupCoordinator:
             self.state.replay(record)
         sink = _Sink(self.state, now_ms)
         for group in list(self.state.groups.values()):
-            session = self.session_timeout_ms(group)
+            # When each member last heartbeat, and which session timeout it was told then, is not
+            # stored; the timeout may have been lowered since (group config, server default). A member
+            # must not be expired (its work freed) before it stops that work on its own, so the first
+            # deadline after a restart uses the largest timeout it can have been told.
+            session = max(self.session_timeout_ms(group), self.config.max_session_timeout_ms)
             for mid, m in group.members.items():
                 m.session_deadline_ms = now_ms + session
                 self.timer.schedule(_session_key(group.group_id, mid), m.session_deadline_ms)
