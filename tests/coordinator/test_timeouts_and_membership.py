@@ -15,6 +15,7 @@ from services.common.items import Items
 from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto, items
 
 SESSION = TEST_CONFIG.session_timeout_ms  # 45 s
+MAX_SESSION = TEST_CONFIG.max_session_timeout_ms  # 60 s: the first session after a restart
 REBALANCE_TIMEOUT = 30_000  # what the harness's workers send
 W1_ITEMS = items("AC0", "AT0")
 W2_ITEMS = items("AT1", "BC0")
@@ -626,11 +627,34 @@ def test_restart_rearms_sessions_revocations_held_work_and_the_computation() -> 
     ctx.sleep(restarted + REBALANCE_TIMEOUT - ctx.now)
     assert sorted(ctx.group().members) == ["W3"]  # W1 did not revoke in time: fenced
     assert ctx.group().held.keys() == {"W1", "W2"}
-    # Both waits end a session after the restart (W1's last heartbeat before the restart is not known).
-    ctx.keepalive(restarted + SESSION - 1 - ctx.now, ["W3"])
+    # Both waits end a maximal session after the restart: W1's last heartbeat before the restart,
+    # and the session timeout W2 was told, are not known.
+    ctx.keepalive(restarted + MAX_SESSION - 1 - ctx.now, ["W3"])
     assert ctx.group().held.keys() == {"W1", "W2"}
     ctx.sleep(1)
     assert ctx.group().held == {}
+    ctx.check_recovery()
+
+
+def test_restart_after_lowering_the_session_timeout_does_not_expire_members_early() -> None:
+    # Regression (found by test_properties): load() re-armed sessions with the group's *current*
+    # session timeout. Lowered (45 s -> 10 s) just before a restart, the members -- told 45 s at
+    # their last heartbeat -- were expired 10 s after the restart and their work handed to others
+    # while they could still be running it for another 35 s.
+    ctx = stable_group()
+    e = ctx.group().epoch
+    ctx.heartbeat("W1", e)
+    told = ctx.heartbeat("W2", e).session_timeout_ms
+    assert told == SESSION
+    last = ctx.now
+    ctx.alter_configs(session_timeout_ms="10000")
+    ctx.restart()
+    ctx.keepalive(last + told - 1 - ctx.now, ["W1"])  # W2 is silent, but may still be running its work
+    assert "W2" in ctx.group().members
+    ctx.keepalive(MAX_SESSION - told + 1, ["W1"])
+    assert "W2" not in ctx.group().members
+    # Heartbeats after the restart are told (and use) the new timeout.
+    assert ctx.heartbeat("W1", e).session_timeout_ms == 10_000
     ctx.check_recovery()
 
 
