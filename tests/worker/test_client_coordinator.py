@@ -160,7 +160,7 @@ def test_session_safety_stops_the_work_while_the_coordinator_is_frozen(
             # Stopped at the safety deadline: the session minus max(interval, 20%) after the last
             # successful send -- well before the coordinator could expire the session.
             margin = max(INTERVAL_MS, SESSION_MS // 5)
-            assert deadline_ms <= stopped_ms <= deadline_ms + 250
+            assert deadline_ms <= stopped_ms <= deadline_ms + 400
             assert stopped_ms - (deadline_ms - (SESSION_MS - margin)) < SESSION_MS
             assert time.monotonic() - frozen_at < SESSION_MS / 1000
         finally:

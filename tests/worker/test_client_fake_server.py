@@ -176,8 +176,10 @@ def test_callback_exceptions_are_surfaced_and_the_effect_counts_as_done() -> Non
         assert len(errors) == 1 and errors[0].callback == "assigned"
         assert isinstance(errors[0].__cause__, RuntimeError)
         assert client.last_callback_error is errors[0]
-        acks = [r for r in s.heartbeats if r.HasField("owned") and Items.from_proto(r.owned) == items("a")]
-        assert acks, "the revocation was acknowledged with owned = what still runs"
+        await eventually(
+            lambda: any(r.HasField("owned") and Items.from_proto(r.owned) == items("a") for r in s.heartbeats),
+            "the revocation acknowledged with owned = what still runs",
+        )
         assert metrics.registry.get_sample_value("connect_worker_callback_errors_total", {"callback": "assigned"}) == 1
         await client.close()
         await server.stop(None)

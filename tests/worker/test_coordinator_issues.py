@@ -1,8 +1,6 @@
-"""Coordinator problems found while building the worker SDK, as minimal reproductions.
-
-Marked xfail(strict=True): each fails today; when the coordinator is fixed it passes, strict
-turns that into a failure, and the marker must be removed -- so the fix cannot go unnoticed.
-"""
+"""Coordinator problems found while building the worker SDK, as minimal reproductions (kept as
+regression tests once fixed). A reproduction of an open problem is marked xfail(strict=True), so
+the fix cannot go unnoticed: the test then passes, strict fails it, and the marker comes off."""
 
 from __future__ import annotations
 
@@ -17,14 +15,10 @@ from tests.worker.observe import Admin
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CoordinatorRuntime._load awaits _commit() for the records load() returns (here the "
-    "assignment_requested event of a group whose epoch is ahead of its assignment epoch) before "
-    "start() has created the writer task, so the commit never completes and the restarted "
-    "coordinator never listens",
-)
 def test_restart_while_an_assignment_is_pending(processes: Processes) -> None:
+    """Found: CoordinatorRuntime._load awaited _commit() for the records load() returns (the
+    assignment_requested event of a group whose epoch is ahead of its assignment epoch) before the
+    writer task existed, so the restarted coordinator never listened. Fixed in ca321a9."""
     first = processes.start_coordinator(name="coordinator-1")
     admin = Admin(first.address, "g")
     admin.put("a", 1)
