@@ -30,11 +30,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connect.coordinator.v1 import coordinator_pb2
+from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, TaskId, all_items
 from services.coordinator.state import Group
-from tests.coordinator.harness import IC, Context, assignors_proto
+from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto
 
 settings.register_profile(
     "ci",
@@ -100,7 +100,9 @@ class Sim:
     trace: list[Op] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.ctx = Context(service_assignors=SERVICE_ASSIGNORS if self.service else None)
+        # A short empty-group retention, so that groups are also deleted (and recreated) by timers.
+        config = replace(TEST_CONFIG, empty_retention_ms=30_000)
+        self.ctx = Context(config=config, service_assignors=SERVICE_ASSIGNORS if self.service else None)
 
     # ---- the group ----------------------------------------------------------------------------
     def group(self) -> Group | None:
@@ -315,6 +317,8 @@ class Sim:
                 self.ctx.alter_configs(session_timeout_ms=str(args[0]))
             case "restart":
                 self.ctx.restart()
+            case "delete_group":  # refused (NON_EMPTY_GROUP) unless the group has no members
+                self.ctx.call("delete_groups", admin_pb2.DeleteGroupsRequest(group_ids=["g"]))
             case _:
                 raise AssertionError(op)
         self.self_fence()
@@ -335,9 +339,6 @@ class Sim:
         """Stop the chaos: every worker joins and behaves, the chosen one computes complete targets;
         within a few sessions the group must be Stable with every item assigned exactly once."""
         self.deferred = None
-        g = self.group()
-        if g is None:
-            return
         for _ in range(40):
             for w in self.workers:
                 if not w.joined:
@@ -411,6 +412,7 @@ ARGS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "finish": st.tuples(),
     "session": st.tuples(st.sampled_from([10_000, 45_000])),
     "restart": st.tuples(),
+    "delete_group": st.tuples(),
 }
 WEIGHTS = {"hb": 35, "assign": 16, "join": 8, "sleep": 6, "tick": 10, "leave": 3, "put": 4, "delete": 2, "finish": 4}
 KINDS = [k for k in ARGS for _ in range(WEIGHTS.get(k, 1))]

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from connect.coordinator.v1 import admin_pb2
+from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
 from services.common.items import Items
@@ -677,3 +677,34 @@ def test_losing_the_only_worker_covering_every_version_is_signalled() -> None:
     codes = {ctx.heartbeat(m, epoch_of(ctx, m)).error_code for m in ("B", "C")}
     assert ctx.group().epoch == e + 1 and ctx.snapshot()["state"] == "Assigning"
     assert codes & {ErrorCode.COMPUTE_ASSIGNMENT, ErrorCode.UNSUPPORTED_ASSIGNOR}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design gap: `owned` acknowledges a revocation whatever request it comes in, so a delayed "
+    "(reordered) heartbeat at the same member epoch, sent before the work was even given to the "
+    "member, acknowledges its later revocation",
+)
+def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
+    ctx = stable_group()
+    e = ctx.group().epoch
+    # A-1 moves from W2 to W1 at e+1: W1 advances at once, A-1 pending until W2 releases it.
+    ctx.put_connector("C", 0)
+    ctx.compute("W1", {"W1": W1_ITEMS | items("AT1"), "W2": items("BC0", "CC0")})
+    assert pending(ctx.heartbeat("W1", e)) == items("AT1")
+    # W1 sends a heartbeat (epoch e+1, owned = A, A-0) that the network delays.
+    delayed = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="W1", member_epoch=e + 1)
+    W1_ITEMS.to_proto(delayed.owned)
+    # Meanwhile W2 releases A-1, and W1 (retrying) gets it and runs it -- still at epoch e+1.
+    ctx.heartbeat("W2", e)
+    ctx.heartbeat("W2", e, owned=items("BC0"))
+    assert assigned(ctx.heartbeat("W1", e + 1)) == W1_ITEMS | items("AT1")
+    # A-1 goes back to W2 at e+2: W1 is asked to revoke it, and stays at e+1 until it confirms.
+    ctx.put_connector("D", 0)
+    ctx.compute("W1", {"W1": W1_ITEMS | items("DC0"), "W2": W2_ITEMS | items("CC0")})
+    ctx.heartbeat("W1", e + 1)
+    assert str(ctx.group().members["W1"].current.revoking) == str(items("AT1"))
+    # The delayed request arrives: right epoch, `owned` without A-1 -- taken as the confirmation,
+    # although W1 is still running A-1.
+    ctx.call("heartbeat", delayed)
+    assert ctx.group().members["W1"].current.state == "UnrevokedItems"  # A-1 must not be released yet
