@@ -282,6 +282,7 @@ class Member:
         self._retry_at_ms: int | None = None
         self._send_now = False
         self._need_full = True
+        self._resync = False  # a late duplicate answer carried an assignment: send a full request
         self._failures = 0
         self._acked: dict[str, Any] = {}  # the optional fields the coordinator has, as of the last success
         self._sent: dict[str, Any] = {}
@@ -409,10 +410,12 @@ class Member:
             return None
         if self.state == MemberState.LEAVING:
             return self._send(now_ms, self._leave_request(), full=True, leave=True)
-        full = self._need_full or self.state == MemberState.JOINING
+        # At epoch 0 the request must be able to (re)join: if the coordinator no longer knows us
+        # (fenced, expired), an epoch-0 heartbeat is a join and needs every join field.
+        full = self._need_full or self._resync or self.state == MemberState.JOINING or self.member_epoch == JOIN_EPOCH
         request = self._heartbeat_request(full)
         out = self._send(now_ms, request, full=full)
-        self._send_now = False
+        self._send_now = self._resync = False
         if self.state == MemberState.ACKNOWLEDGING:
             self._set_state(now_ms, MemberState.STABLE, "acknowledgement sent")
         return out
@@ -486,6 +489,10 @@ class Member:
         out = self._in_flight
         if out is None or out.seq != seq:
             log.debug("ignoring the response to heartbeat %d: it is no longer in flight", seq)
+            if response.HasField("assignment") and self.state in _IN_GROUP:
+                # Another answer to the same request (a duplicate) came first; the coordinator may
+                # believe this one told us our assignment: ask for it again with a full request.
+                self._resync = True
             return
         self._in_flight = None
         if out.leave:
