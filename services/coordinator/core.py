@@ -235,7 +235,9 @@ class GroupCoordinator:
         self.timer.schedule(_session_key(gid, mid), member.session_deadline_ms)
 
         before = member.current
-        self._reconcile(sink, group, member, owned, now)
+        # A lost-response request was sent before the member learned its current epoch, so before any
+        # revocation at that epoch reached it: its `owned` cannot acknowledge one.
+        self._reconcile(sink, group, member, None if lost_response else owned, now)
         self._after_change(sink, group, now)
 
         inflight = group.in_flight
