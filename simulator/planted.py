@@ -1,0 +1,102 @@
+"""Known bugs planted in the real coordinator (by monkeypatching), to prove the simulator finds them.
+
+Each plant is a context manager that patches `services.coordinator` (or the node's order of
+handle / store / respond) and restores it on exit. `python -m simulator soak --plant NAME` runs
+the simulator against a planted bug; tests/simulation/test_planted_bugs.py asserts each is found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from services.common.items import EMPTY
+from services.coordinator import core as core_module
+from services.coordinator.core import GroupCoordinator
+from services.coordinator.records import CurrentAssignmentValue, MemberState
+from simulator.engine import CoordinatorNode
+
+
+@contextlib.contextmanager
+def _patch(obj: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, original)
+
+
+@contextlib.contextmanager
+def skip_revocation_wait() -> Iterator[None]:
+    """Reconciliation does not wait for the member to confirm a revocation: the revoked items are
+    released (and can be handed to another worker) while the member may still be running them."""
+    original = core_module.next_assignment
+
+    def next_assignment(current: CurrentAssignmentValue, *args: Any, **kwargs: Any) -> CurrentAssignmentValue:
+        after = original(current, *args, **kwargs)
+        if after.state == MemberState.UNREVOKED_ITEMS:
+            return replace(after, state=MemberState.STABLE, revoking=EMPTY)
+        return after
+
+    with _patch(core_module, "next_assignment", next_assignment):
+        yield
+
+
+@contextlib.contextmanager
+def accept_stale_epoch() -> Iterator[None]:
+    """A heartbeat at an older member epoch is accepted as if it were current (no fencing, no
+    lost-response check): a stale request's `owned` is trusted."""
+    original: Callable[..., Any] = GroupCoordinator.heartbeat
+
+    def heartbeat(self: GroupCoordinator, req: Any, now_ms: int) -> Any:
+        group = self.state.groups.get(req.group_id)
+        member = group.members.get(req.member_id) if group is not None and req.member_id else None
+        if member is not None and 0 < req.member_epoch < member.member_epoch:
+            req = type(req).FromString(req.SerializeToString())
+            req.member_epoch = member.member_epoch
+        return original(self, req, now_ms)
+
+    with _patch(GroupCoordinator, "heartbeat", heartbeat):
+        yield
+
+
+@contextlib.contextmanager
+def release_held_on_fence() -> Iterator[None]:
+    """A fenced member's items are released at once instead of being held until its session would
+    have expired: a zombie that has not heard of its fencing still runs them."""
+    original: Callable[..., Any] = GroupCoordinator._remove_member
+
+    def _remove_member(
+        self: GroupCoordinator, sink: Any, group: Any, member: Any, now: int, reason: str, hold: bool, **details: Any
+    ) -> None:
+        original(self, sink, group, member, now, reason, False, **details)
+
+    with _patch(GroupCoordinator, "_remove_member", _remove_member):
+        yield
+
+
+@contextlib.contextmanager
+def respond_before_write() -> Iterator[None]:
+    """The coordinator answers before its records are stored (the runtime's order reversed): a crash
+    in between loses state a worker has already acted on."""
+    with _patch(CoordinatorNode, "respond_before_write", True):
+        yield
+
+
+PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "skip-revocation-wait": skip_revocation_wait,
+    "accept-stale-epoch": accept_stale_epoch,
+    "release-held-on-fence": release_held_on_fence,
+    "respond-before-write": respond_before_write,
+}
+
+
+@contextlib.contextmanager
+def planted(names: list[str] | tuple[str, ...]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(PLANTS[name]())
+        yield

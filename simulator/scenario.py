@@ -1,0 +1,334 @@
+"""Scenarios: everything a simulation run depends on, generated from a seed.
+
+A `Scenario` is plain data -- the group's shape (workers, connectors, server settings), the
+network's fault rates and an explicit, time-ordered schedule of events (starts, crashes,
+partitions, coordinator crashes, connector and config changes, bad requests...). The run itself
+draws its remaining randomness (per-message loss, delays, stop durations, retry jitter) from
+RNGs seeded with `Scenario.seed`, so a scenario replays exactly. Shrinking edits the schedule and
+the rates and keeps the seed; a shrunk scenario travels as a `token` (compressed JSON).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import zlib
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# Defaults of one CI scenario: the target number of steps of its fault phase.
+DEFAULT_STEPS = 100
+
+# Event kinds (Event.kind). `w` is a worker index, `args` the kind's parameters.
+WORKER_START = "worker_start"  # start the worker process if it is down (a new incarnation)
+WORKER_CRASH = "worker_crash"  # kill -9: everything it ran stops at once, nothing is sent
+WORKER_STOP = "worker_stop"  # graceful shutdown: args (temporary,) -- leave with -1, or -2 (static)
+PARTITION = "partition"  # cut the worker off the coordinator (it keeps running its work)
+HEAL = "heal"
+# args (phase, downtime_ms, target): phase "now", or "after_handle" / "after_write": armed, the next handler
+# that changes state crashes the coordinator at that point -- the next worker or operator request
+# (target "request") or whatever comes first, timers and assignor answers included ("any"). It
+# restarts downtime_ms later and recovers from its SQLite file.
+COORD_CRASH = "coord_crash"
+COORD_START = "coord_start"  # start the coordinator if it is down
+SLOW_REVOKE = "slow_revoke"  # args (duration_ms,): the worker's next stop takes this long
+SLOW_COMPUTE = "slow_compute"  # args (duration_ms,): the worker's next client-side assignment takes this long
+REASON = "reason"  # the worker bumps its assignor `reason` (asks for a rebalance)
+PUT_CONNECTOR = "put_connector"  # args (name, task_count): add a connector or change its task count
+DELETE_CONNECTOR = "delete_connector"  # args (name,)
+ALTER_CONFIG = "alter_config"  # args (name, value or None to delete)
+ASSIGNOR_FAULT = "assignor_fault"  # args (kind,): the next service assignment "fails", "errors", is "lost" or "slow"
+BAD_REQUEST = "bad_request"  # args (kind, subseed): a malformed / adversarial request (see adversarial.py)
+
+EVENT_KINDS = (
+    WORKER_START,
+    WORKER_CRASH,
+    WORKER_STOP,
+    PARTITION,
+    HEAL,
+    COORD_CRASH,
+    COORD_START,
+    SLOW_REVOKE,
+    SLOW_COMPUTE,
+    REASON,
+    PUT_CONNECTOR,
+    DELETE_CONNECTOR,
+    ALTER_CONFIG,
+    ASSIGNOR_FAULT,
+    BAD_REQUEST,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at_ms: int
+    kind: str
+    w: int = -1
+    args: tuple[Any, ...] = ()
+
+    def __str__(self) -> str:
+        who = f" w{self.w}" if self.w >= 0 else ""
+        args = " " + " ".join(map(str, self.args)) if self.args else ""
+        return f"@{self.at_ms} {self.kind}{who}{args}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    static: bool  # has an instance_id (survives restarts with its assignment)
+    rebalance_timeout_ms: int
+    # None: the SDK default (max(heartbeat interval, session/5)); else MemberConfig.session_safety_margin_ms.
+    safety_margin_ms: int | None
+    assignors: str  # "default" (incremental-cooperative, eager) | "eager"
+
+
+@dataclass(frozen=True, slots=True)
+class NetSpec:
+    """Per-message fault rates while faults are on (they all stop at the end of the fault window)."""
+
+    loss_request: float = 0.0
+    loss_response: float = 0.0
+    duplicate: float = 0.0
+    delay: float = 0.0  # probability that a message is held back (and so reordered)
+    max_delay_ms: int = 5_000
+    refuse: float = 0.5  # when the coordinator is down: probability of a fast "connection refused"
+    # False: a worker's requests arrive in the order sent (one gRPC connection); True: any order
+    # (the protocol is NOT safe then -- see docs/simulation.md).
+    unordered_requests: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    seed: int
+    workers: tuple[WorkerSpec, ...]
+    service: bool  # the coordinator runs with an assignor service (else client-side mode only)
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    scheduled_delay_ms: int
+    net: NetSpec
+    fault_window_ms: int
+    events: tuple[Event, ...] = field(default_factory=tuple)
+
+    # ---- (de)serialization: a shrunk scenario replays from its token ------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["events"] = [[e.at_ms, e.kind, e.w, list(e.args)] for e in self.events]
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Scenario:
+        return Scenario(
+            seed=int(d["seed"]),
+            workers=tuple(WorkerSpec(**w) for w in d["workers"]),
+            service=bool(d["service"]),
+            session_timeout_ms=int(d["session_timeout_ms"]),
+            heartbeat_interval_ms=int(d["heartbeat_interval_ms"]),
+            scheduled_delay_ms=int(d["scheduled_delay_ms"]),
+            net=NetSpec(**d["net"]),
+            fault_window_ms=int(d["fault_window_ms"]),
+            events=tuple(Event(int(a), str(k), int(w), tuple(args)) for a, k, w, args in d["events"]),
+        )
+
+    def token(self) -> str:
+        raw = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+        return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+    @staticmethod
+    def from_token(token: str) -> Scenario:
+        padded = token + "=" * (-len(token) % 4)
+        return Scenario.from_json(json.loads(zlib.decompress(base64.urlsafe_b64decode(padded))))
+
+    def describe(self) -> str:
+        lines = [
+            f"seed {self.seed}: {len(self.workers)} workers, {'service' if self.service else 'client-side'} mode, "
+            f"session {self.session_timeout_ms} ms, heartbeat {self.heartbeat_interval_ms} ms, "
+            f"scheduled delay {self.scheduled_delay_ms} ms, faults for {self.fault_window_ms} ms",
+            f"  network: {self.net}",
+        ]
+        for i, w in enumerate(self.workers):
+            lines.append(
+                f"  w{i}: {'static' if w.static else 'dynamic'}, rebalance timeout {w.rebalance_timeout_ms} ms, "
+                f"safety margin {w.safety_margin_ms if w.safety_margin_ms is not None else 'default'}, "
+                f"assignors {w.assignors}"
+            )
+        lines.append(f"  {len(self.events)} events:")
+        lines.extend(f"    {e}" for e in self.events)
+        return "\n".join(lines)
+
+
+# ---- simulation bounds (the server config and fault ranges derive from these) ----------------------
+
+MIN_SESSION_MS = 3_000
+MAX_SESSION_MS = 5_000
+MIN_HEARTBEAT_MS = 200
+MAX_HEARTBEAT_MS = 600
+MAX_SCHEDULED_DELAY_MS = 2_000
+# A normal start or stop of one effect takes up to this long (virtual ms).
+MAX_START_MS = 60
+MAX_STOP_MS = 120
+# Every stop must finish within the worker's safety margin (the SDK's documented assumption): a
+# slow revocation lasts at most margin - MAX_STOP_MS - this slack.
+STOP_SLACK_MS = 50
+
+
+def default_margin_ms(session_ms: int, interval_ms: int) -> int:
+    """The SDK's default session-safety margin (worker_sdk._member.Member.safety_margin_ms)."""
+    return max(interval_ms, session_ms // 5)
+
+
+def min_margin_ms(spec: WorkerSpec) -> int:
+    """The smallest safety margin the worker can have under any allowed dynamic config."""
+    if spec.safety_margin_ms is not None:
+        return spec.safety_margin_ms
+    return default_margin_ms(MIN_SESSION_MS, MIN_HEARTBEAT_MS)
+
+
+def max_slow_stop_ms(spec: WorkerSpec) -> int:
+    """The longest a stop may take and still fit the worker's safety margin with a lost-stop after it."""
+    return min_margin_ms(spec) - MAX_STOP_MS - STOP_SLACK_MS
+
+
+# ---- generation -------------------------------------------------------------------------------------
+
+_CONNECTORS = ("a", "b", "c", "d", "e", "f")
+
+
+def _rate(rng: random.Random, choices: tuple[float, ...]) -> float:
+    return rng.choice(choices)
+
+
+def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
+    """A random scenario; `steps` sizes its fault phase (roughly that many simulation steps)."""
+    rng = random.Random(seed)
+    n_workers = rng.choice((1, 2, 2, 3, 3, 3, 4, 4, 5))
+    service = rng.random() < 0.5
+    session = rng.choice((3_000, 3_000, 4_000, 5_000))
+    interval = rng.choice((200, 300, 300, 400))
+    profile = rng.choice(("default", "default", "default", "eager", "mixed"))
+    workers = []
+    for i in range(n_workers):
+        assignors = profile if profile != "mixed" else ("eager" if i % 2 else "default")
+        workers.append(
+            WorkerSpec(
+                static=rng.random() < 0.4,
+                rebalance_timeout_ms=rng.choice((400, 800, 1_500, 3_000)),
+                safety_margin_ms=rng.choice((None, None, 1_200)),
+                assignors=assignors,
+            )
+        )
+    net = NetSpec(
+        loss_request=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
+        loss_response=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
+        duplicate=_rate(rng, (0.0, 0.0, 0.03, 0.1)),
+        delay=_rate(rng, (0.0, 0.0, 0.05, 0.15)),
+        max_delay_ms=5_000,
+        refuse=0.5,
+    )
+    # Steps per virtual second: every worker heartbeats (a request, a response, a wake-up).
+    per_second = max(1.0, n_workers * 2.5 * 1000 / interval)
+    window = int(max(1_500, min(60_000, steps / per_second * 1000)))
+
+    events: list[Event] = []
+    connectors: dict[str, int] = {}
+    for name in _CONNECTORS[: rng.randint(1, 4)]:
+        connectors[name] = rng.randint(0, 4)
+        events.append(Event(0, PUT_CONNECTOR, -1, (name, connectors[name])))
+    for i in range(n_workers):
+        events.append(Event(rng.randint(0, 400), WORKER_START, i))
+
+    kinds = [
+        (WORKER_CRASH, 4),
+        (WORKER_STOP, 2),
+        (PARTITION, 3),
+        (COORD_CRASH, 4),
+        (SLOW_REVOKE, 2),
+        (REASON, 1),
+        (PUT_CONNECTOR, 3),
+        (DELETE_CONNECTOR, 1),
+        (ALTER_CONFIG, 2),
+        (BAD_REQUEST, 3),
+        (ASSIGNOR_FAULT if service else SLOW_COMPUTE, 2),
+    ]
+    names = [k for k, _ in kinds]
+    weights = [w for _, w in kinds]
+    n_faults = rng.randint(1, max(1, window // 600))
+    for _ in range(n_faults):
+        kind = rng.choices(names, weights)[0]
+        at = rng.randint(200, max(201, window - 1))
+        w = rng.randrange(n_workers)
+        spec = workers[w]
+        if kind == WORKER_CRASH:
+            events.append(Event(at, WORKER_CRASH, w))
+            if rng.random() < 0.85:
+                events.append(Event(at + rng.randint(50, 4_000), WORKER_START, w))
+        elif kind == WORKER_STOP:
+            temporary = spec.static and rng.random() < 0.7
+            events.append(Event(at, WORKER_STOP, w, (temporary,)))
+            if rng.random() < 0.85:
+                events.append(Event(at + rng.randint(50, 3_000), WORKER_START, w))
+        elif kind == PARTITION:
+            events.append(Event(at, PARTITION, w))
+            if rng.random() < 0.9:
+                events.append(Event(at + rng.randint(100, 2 * session), HEAL, w))
+        elif kind == COORD_CRASH:
+            phase = rng.choice(("now", "after_handle", "after_handle", "after_write", "after_write"))
+            target = "request" if rng.random() < 0.7 else "any"
+            events.append(Event(at, COORD_CRASH, -1, (phase, rng.choice((0, rng.randint(1, 3_000))), target)))
+        elif kind == SLOW_REVOKE:
+            # Slower than the rebalance timeout when the worker's safety margin leaves room for it.
+            longest = max_slow_stop_ms(spec)
+            shortest = min(longest, spec.rebalance_timeout_ms + 1)
+            events.append(
+                Event(at, SLOW_REVOKE, w, (rng.randint(max(MAX_STOP_MS, shortest), max(MAX_STOP_MS, longest)),))
+            )
+        elif kind == SLOW_COMPUTE:
+            events.append(Event(at, SLOW_COMPUTE, w, (spec.rebalance_timeout_ms + rng.randint(1, 1_000),)))
+        elif kind == REASON:
+            events.append(Event(at, REASON, w))
+        elif kind == PUT_CONNECTOR:
+            name = rng.choice(_CONNECTORS)
+            connectors[name] = rng.randint(0, 5)
+            events.append(Event(at, PUT_CONNECTOR, -1, (name, connectors[name])))
+        elif kind == DELETE_CONNECTOR:
+            events.append(Event(at, DELETE_CONNECTOR, -1, (rng.choice(_CONNECTORS),)))
+        elif kind == ALTER_CONFIG:
+            events.append(Event(at, ALTER_CONFIG, -1, _random_config(rng, service)))
+        elif kind == BAD_REQUEST:
+            from simulator.adversarial import KINDS
+
+            events.append(Event(at, BAD_REQUEST, -1, (rng.choice(KINDS), rng.randrange(2**31))))
+        elif kind == ASSIGNOR_FAULT:
+            events.append(Event(at, ASSIGNOR_FAULT, -1, (rng.choice(("fail", "error", "lost", "slow")),)))
+    events.sort(key=lambda e: e.at_ms)
+    return Scenario(
+        seed=seed,
+        workers=tuple(workers),
+        service=service,
+        session_timeout_ms=session,
+        heartbeat_interval_ms=interval,
+        scheduled_delay_ms=rng.choice((0, 500, 1_000)),
+        net=net,
+        fault_window_ms=window,
+        events=tuple(events),
+    )
+
+
+def _random_config(rng: random.Random, service: bool) -> tuple[str, str | None]:
+    name = rng.choice(
+        ("session.timeout.ms", "heartbeat.interval.ms", "scheduled.rebalance.max.delay.ms")
+        + (("assignment.mode", "assignment.mode") if service else ())
+    )
+    if rng.random() < 0.2:
+        return (name, None)
+    if name == "session.timeout.ms":
+        return (name, str(rng.choice((MIN_SESSION_MS, 4_000, MAX_SESSION_MS))))
+    if name == "heartbeat.interval.ms":
+        return (name, str(rng.choice((MIN_HEARTBEAT_MS, 300, 400, MAX_HEARTBEAT_MS))))
+    if name == "scheduled.rebalance.max.delay.ms":
+        return (name, str(rng.choice((0, 300, 1_000, MAX_SCHEDULED_DELAY_MS))))
+    return (name, rng.choice(("service", "worker")))
+
+
+def without_events(s: Scenario, keep: list[Event]) -> Scenario:
+    return replace(s, events=tuple(keep))
