@@ -215,7 +215,8 @@ class ConnectWorkerClient:
                 if self.member.closed:
                     break
                 wake = self.member.next_wakeup_ms()
-                timeout = _MAX_IDLE_S if wake is None else min(_MAX_IDLE_S, max(0.0, (wake - self._now_ms()) / 1000))
+                # At least 1 ms: a wake-up already due would have been acted on by _step.
+                timeout = _MAX_IDLE_S if wake is None else min(_MAX_IDLE_S, max(0.001, (wake - self._now_ms()) / 1000))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
         finally:

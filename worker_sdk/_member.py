@@ -420,15 +420,21 @@ class Member:
             self._set_state(now_ms, MemberState.STABLE, "acknowledgement sent")
         return out
 
+    def _send_blocked(self) -> bool:
+        """No heartbeat can go out whatever the time: not in the group, or waiting for work to stop."""
+        if self.state == MemberState.LEAVING:
+            return not self._leave_ready()
+        if self.state == MemberState.JOINING:
+            return self._effect is not None or self._lose_all
+        return self.state not in _IN_GROUP
+
     def _heartbeat_due(self, now_ms: int) -> bool:
+        if self._send_blocked():
+            return False
         if self._retry_at_ms is not None and now_ms < self._retry_at_ms:
             return False
-        if self.state == MemberState.LEAVING:
-            return self._leave_ready()
-        if self.state == MemberState.JOINING:
-            return self._effect is None and not self._lose_all
-        if self.state not in _IN_GROUP:
-            return False
+        if self.state in (MemberState.LEAVING, MemberState.JOINING):
+            return True
         if self._send_now or self._need_full:
             return True
         return self._next_heartbeat_ms is not None and now_ms >= self._next_heartbeat_ms
@@ -765,6 +771,7 @@ class Member:
         log.error("member %s: fatal error %s: %s; stopping all work", self.member_id, _error_name(code), message)
         self.fatal_error = (code, message)
         self._is_member = False
+        self._last_success_sent_ms = None  # the work is being stopped anyway
         self._target = EMPTY
         self._pending = EMPTY
         self._task_wanted = self._task_retry_after_heartbeat = False
@@ -832,7 +839,8 @@ class Member:
         times: list[int] = []
         if self._in_flight is not None:
             times.append(self._in_flight.sent_ms + self._in_flight.timeout_ms)
-        elif self.state in _IN_GROUP or self.state in (MemberState.JOINING, MemberState.LEAVING):
+        elif not self._send_blocked():
+            # Blocked sends (waiting for work to stop) are woken by `effect_done`, not by time.
             if self._retry_at_ms is not None:
                 times.append(self._retry_at_ms)
             elif (

@@ -674,3 +674,18 @@ def test_next_wakeup_covers_heartbeat_timeout_and_safety_deadline() -> None:
 def test_effect_done_for_an_unknown_effect_is_a_caller_bug() -> None:
     with pytest.raises(ValueError):
         joined().effect_done(99, 0)
+
+
+def test_no_wakeup_in_the_past_while_a_leave_waits_for_a_slow_stop() -> None:
+    m = joined(items("a"))
+    hb = send(m, INTERVAL)
+    m.leave(INTERVAL)
+    eff = m.poll_effect(INTERVAL)
+    assert eff is not None
+    m.on_heartbeat_failure(hb.seq, INTERVAL + 1, "UNAVAILABLE")
+    wake = m.next_wakeup_ms()
+    assert wake is None or wake > INTERVAL + 1, "nothing can be sent until the stop is done: no busy loop"
+    assert m.poll_heartbeat(INTERVAL + 3_000) is None
+    m.effect_done(eff.seq, INTERVAL + 3_000)
+    out = send(m, INTERVAL + 3_000)
+    assert out.leave
