@@ -689,3 +689,27 @@ def test_no_wakeup_in_the_past_while_a_leave_waits_for_a_slow_stop() -> None:
     m.effect_done(eff.seq, INTERVAL + 3_000)
     out = send(m, INTERVAL + 3_000)
     assert out.leave
+
+
+def test_heartbeats_at_epoch_zero_are_full_since_the_coordinator_may_take_them_for_a_join() -> None:
+    m = new_member()
+    m.join(0)
+    out = send(m, 0)
+    # Joined, but no target assignment yet: still at epoch 0.
+    m.on_heartbeat_response(out.seq, response(epoch=0, assigned=EMPTY), 0)
+    assert m.state == MemberState.STABLE and m.member_epoch == 0
+    hb = send(m, INTERVAL)
+    assert hb.full and hb.request.member_epoch == 0 and hb.request.member_id == "m1"
+
+
+def test_a_late_duplicate_answer_with_an_assignment_makes_the_next_heartbeat_full() -> None:
+    m = joined(items("a"))
+    out = send(m, INTERVAL)
+    m.on_heartbeat_response(out.seq, response(), INTERVAL + 5)  # the first copy's answer: nothing new
+    # The second copy's answer carried a released item; it arrives after the request is done.
+    m.on_heartbeat_response(out.seq, response(assigned=items("a", "b")), INTERVAL + 6)
+    assert m.assigned == items("a"), "an answer to a request no longer in flight is not applied"
+    nxt = send(m, INTERVAL + 6)
+    assert nxt.full, "the coordinator may think we were told: ask again"
+    m.on_heartbeat_response(nxt.seq, response(assigned=items("a", "b")), INTERVAL + 10)
+    assert run_effect(m, INTERVAL + 10).assigned == items("b")
