@@ -435,7 +435,7 @@ class Member:
             return False
         if self.state in (MemberState.LEAVING, MemberState.JOINING):
             return True
-        if self._send_now or self._need_full:
+        if self._send_now or self._need_full or self._resync:
             return True
         return self._next_heartbeat_ms is not None and now_ms >= self._next_heartbeat_ms
 
@@ -845,7 +845,7 @@ class Member:
                 times.append(self._retry_at_ms)
             elif (
                 self.state in _IN_GROUP
-                and not (self._send_now or self._need_full)
+                and not (self._send_now or self._need_full or self._resync)
                 and self._next_heartbeat_ms is not None
             ):
                 times.append(self._next_heartbeat_ms)
