@@ -708,3 +708,27 @@ def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
     # although W1 is still running A-1.
     ctx.call("heartbeat", delayed)
     assert ctx.group().members["W1"].current.state == "UnrevokedItems"  # A-1 must not be released yet
+
+
+def test_switching_assignment_mode_abandons_the_computation_in_flight() -> None:
+    ctx = Context(service_assignors={"incremental-cooperative": (1, 2)})
+    ctx.put_connector("A", 1)
+    ctx.join("W1")  # service mode (the default with a service): the Assign call goes out at once
+    (stale,) = ctx.service_calls()
+    assert ctx.alter_configs(assignment_mode="worker").error_code == ErrorCode.NONE
+    # The worker is asked instead; the service's late answer is ignored.
+    assert ctx.group().in_flight.executor == "W1"  # type: ignore[union-attr]
+    assert ctx.answer_service(stale, {"W1": items("AC0", "AT0")}) == ErrorCode.NONE
+    assert ctx.group().assignment_epoch == 0
+    assert ctx.heartbeat("W1", 0).error_code == ErrorCode.COMPUTE_ASSIGNMENT
+    ctx.compute("W1", {"W1": items("AC0", "AT0")})
+    ctx.converge()
+    # And back: the next computation goes to the service.
+    ctx.alter_configs(assignment_mode="service")
+    ctx.join("W2")
+    assert ctx.group().in_flight.executor == ""  # type: ignore[union-attr]
+    assert ctx.heartbeat("W1", epoch_of(ctx, "W1")).error_code == ErrorCode.NONE
+    ctx.service_compute({"W1": items("AC0"), "W2": items("AT0")})
+    ctx.converge()
+    assert ctx.snapshot()["state"] == "Stable"
+    ctx.check_recovery()
