@@ -4,6 +4,6 @@ The coordinator's state changes only through records (``services.coordinator.rec
 ``Storage`` writes batches of them atomically and loads them back for replay.
 """
 
-from services.storage.repository import Storage, StorageError, StoredEvent, compact, default_sqlite_url
+from services.storage.repository import Storage, StorageError, StoredEvent, WritePlan, compact, default_sqlite_url
 
-__all__ = ["Storage", "StorageError", "StoredEvent", "compact", "default_sqlite_url"]
+__all__ = ["Storage", "StorageError", "StoredEvent", "WritePlan", "compact", "default_sqlite_url"]

@@ -1,8 +1,8 @@
 """The coordinator's durable state: records in, records out.
 
 ``Storage.write`` is the group commit: the coordinator hands it every record produced by the
-requests it is serving at once, and they are written in ONE transaction with one bulk statement per
-table (executemany upserts, IN-list deletes). Nothing is half-written: any error rolls the whole
+requests it is serving at once, and they are written in ONE transaction with one bulk executemany
+per table (upserts; on PostgreSQL sent as multi-row INSERTs of 1,000 rows) and IN-list deletes. Nothing is half-written: any error rolls the whole
 batch back and raises ``StorageError``; the caller then reloads its state with ``load``.
 
 ``load`` returns every stored state record in an order ``GroupState.replay`` can apply;
@@ -63,7 +63,8 @@ class StorageError(Exception):
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """A rebalance event as stored: ``id`` increases with every append and is never reused, so
-    ``read_events(since_id=last.id)`` returns exactly the events written after ``last``."""
+    ``read_events(since_id=last.id)`` returns the events written after ``last`` (with one writer,
+    as the coordinator is: concurrent PostgreSQL writers could commit ids out of order)."""
 
     id: int
     record: RebalanceEvent
@@ -77,8 +78,9 @@ def default_sqlite_url(data_dir: str | os.PathLike[str] = "./data") -> str:
 
 
 @dataclass(slots=True)
-class _Plan:
-    """A compacted batch: what to delete, then what to upsert, then which events to append."""
+class WritePlan:
+    """A compacted batch: groups to delete, then rows to delete, then rows to upsert (records, not
+    yet encoded), then events to append -- the order ``write`` applies them in."""
 
     deleted_groups: list[str]
     deletes: dict[type, list[tuple[Any, ...]]]
@@ -89,7 +91,7 @@ class _Plan:
         return not (self.deleted_groups or self.deletes or self.upserts or self.events)
 
 
-def compact(records: Iterable[Record]) -> _Plan:
+def compact(records: Iterable[Record]) -> WritePlan:
     """Keep the last record per ``record_key``; a group tombstone discards every earlier record of
     that group in the batch (they would be deleted anyway) and turns into a group-wide delete that
     runs before all upserts, so a group deleted and re-created in one batch ends up re-created.
@@ -120,7 +122,7 @@ def compact(records: Iterable[Record]) -> _Plan:
                 deletes.setdefault(type(r), []).append(codec.key(r))
             else:
                 upserts.setdefault(type(r), []).append(r)
-    return _Plan(list(deleted_groups), deletes, upserts, events)
+    return WritePlan(list(deleted_groups), deletes, upserts, events)
 
 
 def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -148,6 +150,8 @@ class Storage:
         if url.startswith("postgres://"):  # the libpq spelling; SQLAlchemy only knows postgresql://
             url = "postgresql://" + url[len("postgres://") :]
         self.url = url
+        if sqlite_synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):  # it is pasted into a PRAGMA
+            raise StorageError(f"bad sqlite_synchronous {sqlite_synchronous!r}")
         self._sqlite_synchronous = sqlite_synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._echo = echo
@@ -224,8 +228,6 @@ class Storage:
         engine = create_engine(url, connect_args=connect_args, **kwargs)
         synchronous = self._sqlite_synchronous
         busy_timeout_ms = int(self._busy_timeout_ms)
-        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise StorageError(f"bad sqlite_synchronous {synchronous!r}")
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -282,7 +284,7 @@ class Storage:
         except Exception as e:  # database errors, and values the driver cannot encode: rolled back
             raise StorageError(f"write of {len(records)} records to {engine.url.get_backend_name()} failed: {e}") from e
 
-    def _apply(self, conn: Connection, plan: _Plan) -> None:
+    def _apply(self, conn: Connection, plan: WritePlan) -> None:
         # Group-wide deletes first: every upsert left in the plan came after its group's tombstone.
         if plan.deleted_groups:
             for table in models.GROUP_STATE_TABLES:
@@ -378,7 +380,7 @@ class Storage:
                     for row in conn.execute(stmt):
                         record = from_row(row)
                         by_group.setdefault(row[0], []).append(record)  # group_id is column 0
-        except SQLAlchemyError as e:
+        except Exception as e:  # database errors, and rows that do not decode
             raise StorageError(f"load failed: {e}") from e
         return [record for gid in sorted(by_group) for record in by_group[gid]]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.storage import Storage, default_sqlite_url
+from services.storage import Storage, StorageError, default_sqlite_url
 from tests.storage.records import assignment, event, every_state_record, group
 
 
@@ -87,3 +87,8 @@ def test_concurrent_writers_all_land(tmp_path: Path) -> None:
     with Storage(url) as other:
         assert len(other.load()) == 100
     assert os.path.exists(tmp_path / "c.db")
+
+
+def test_bad_synchronous_value_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="sqlite_synchronous"):
+        Storage(f"sqlite:///{tmp_path / 'c.db'}", sqlite_synchronous="NORMAL; DROP TABLE groups")  # type: ignore[arg-type]
