@@ -160,6 +160,8 @@ class Sim:
         full = w.need_full or bump
         if full and owned is None:
             owned = w.running
+        g = self.group()
+        before = g.members[w.member_id].current if g is not None and w.member_id in g.members else None
         r = self.ctx.heartbeat(
             w.member_id,
             epoch,
@@ -168,6 +170,15 @@ class Sim:
             assignors=w.assignors_proto() if full else None,
             instance_id=w.instance_id,
         )
+        g = self.group()
+        after = g.members[w.member_id].current if g is not None and w.member_id in g.members else None
+        if before is not None and after is not None and r.error_code in OK_CODES:
+            # One step never revokes and assigns at once, and never moves a member back.
+            assert not (before.assigned - after.assigned and after.assigned - before.assigned), (before, after)
+            assert after.member_epoch >= before.member_epoch, (before, after)
+            if r.HasField("assignment"):
+                assert Items.from_proto(r.assignment.assigned) == after.assigned
+                assert r.member_epoch == after.member_epoch
         if lose:
             w.need_full = True
         else:
