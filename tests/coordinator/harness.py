@@ -220,12 +220,12 @@ class Context:
         delay_ms: int = 0,
         assignor_state: bytes = b"",
     ) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
-        g = self.group(group_id)
         if epoch is None:
-            epoch = g.members[member_id].member_epoch
+            epoch = self.group(group_id).members[member_id].member_epoch
         if group_epoch is None:
-            assert g.in_flight is not None
-            group_epoch = g.in_flight.group_epoch
+            inflight = self.group(group_id).in_flight
+            assert inflight is not None
+            group_epoch = inflight.group_epoch
         req = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
             group_id=group_id,
             member_id=member_id,
