@@ -614,7 +614,10 @@ class Member:
 
         self._is_member = True
         self._failures = 0
-        self._need_full = False
+        if out.full:
+            # Only a full request re-syncs: a partial one may predate what made us need it (e.g.
+            # sent before a session-safety stop, when the coordinator still counts that work ours).
+            self._need_full = False
         self._acked = self._sent
         self._last_success_sent_ms = out.sent_ms
         self._safety_tripped = False

@@ -713,3 +713,21 @@ def test_a_late_duplicate_answer_with_an_assignment_makes_the_next_heartbeat_ful
     assert nxt.full, "the coordinator may think we were told: ask again"
     m.on_heartbeat_response(nxt.seq, response(assigned=items("a", "b")), INTERVAL + 10)
     assert run_effect(m, INTERVAL + 10).assigned == items("b")
+
+
+def test_a_partial_heartbeat_sent_before_a_safety_stop_does_not_end_the_resync() -> None:
+    # Found by the simulator (seed 556): the answer to a heartbeat sent before the stop cleared the
+    # need for a full request; the coordinator still counted the work as ours, the worker ran none.
+    m = joined(items("b", "b-1"), session_safety_margin_ms=6_000)  # safety window 4 s from t=0
+    slow = send(m, INTERVAL)
+    assert not slow.full
+    m.tick(4_000)
+    lost = run_effect(m, 4_010)
+    assert lost.lost == items("b", "b-1")
+    # The slow request's answer: fresh for its own send time, and without an assignment (nothing
+    # changed as far as the coordinator knows).
+    m.on_heartbeat_response(slow.seq, response(), 4_500)
+    nxt = send(m, 4_500)
+    assert nxt.full, "the coordinator must be told, in full, that nothing runs"
+    m.on_heartbeat_response(nxt.seq, response(assigned=items("b", "b-1")), 4_510)
+    assert run_effect(m, 4_510).assigned == items("b", "b-1")
