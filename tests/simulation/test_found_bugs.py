@@ -1,0 +1,159 @@
+"""Bugs the simulator found in the SDK and the core: a minimal reproduction of each, and the seed
+that found it (which must now hold every invariant)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import EMPTY, Items
+from services.coordinator.records import MemberState as CoordMemberState
+from simulator.engine import run_scenario
+from simulator.scenario import generate
+from tests.coordinator.harness import Context
+from tests.coordinator.harness import items as seed_items
+from tests.worker.helpers import items, response
+from worker_sdk import Member, MemberConfig, MemberState, OutgoingHeartbeat
+
+
+def _member(**overrides: object) -> Member:
+    return Member(MemberConfig(group_id="g", **overrides), rng=random.Random(1))  # type: ignore[arg-type]
+
+
+def _send(m: Member, now: int) -> OutgoingHeartbeat:
+    out = m.poll_heartbeat(now)
+    assert out is not None
+    return out
+
+
+def _joined(assigned: Items = EMPTY, epoch: int = 1, **overrides: object) -> Member:
+    m = _member(**overrides)
+    m.join(0)
+    out = _send(m, 0)
+    m.on_heartbeat_response(out.seq, response(epoch=epoch, assigned=assigned), 0)
+    if assigned:
+        effect = m.poll_effect(0)
+        assert effect is not None
+        m.effect_done(effect.seq, 0)
+        ack = _send(m, 0)
+        m.on_heartbeat_response(ack.seq, response(epoch=epoch), 0)
+    return m
+
+
+# ---- 1. SDK: a member at epoch 0 sent partial heartbeats -------------------------------------------
+
+
+def test_heartbeats_at_epoch_zero_are_full() -> None:
+    """Seed 87: an impostor's heartbeat fenced a client-side-mode member still at epoch 0; its next
+    (partial) epoch-0 heartbeat was taken by the coordinator as a new join without join fields and
+    answered INVALID_REQUEST, which the SDK treats as fatal: the worker stopped for good."""
+    m = _joined(epoch=0)
+    out = _send(m, 1_000)
+    assert out.request.member_epoch == 0 and out.full
+    assert out.request.HasField("rebalance_timeout_ms") and out.request.HasField("client_assignors")
+
+
+def test_an_epoch_zero_member_the_coordinator_forgot_rejoins() -> None:
+    """The same against the real core: the member is removed (fenced by an impostor), the worker's
+    next heartbeat rejoins it instead of failing."""
+    ctx = Context()
+    m = _member()
+    m.join(0)
+    out = _send(m, 0)
+    m.on_heartbeat_response(out.seq, ctx.coordinator.heartbeat(out.request, 0).response, 0)
+    assert m.state == MemberState.STABLE and m.member_epoch == 0
+    impostor = ctx.heartbeat(m.member_id, 7)
+    assert impostor.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    now = ctx.coordinator.heartbeat_interval_ms(ctx.group())
+    out = _send(m, now)
+    answer = ctx.coordinator.heartbeat(out.request, now).response
+    assert answer.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), answer
+    m.on_heartbeat_response(out.seq, answer, now)
+    assert m.state != MemberState.FATAL
+
+
+# ---- 2. SDK: the wake-up time could be in the past with nothing to do (busy loop) ------------------
+
+
+def test_a_blocked_leave_does_not_ask_to_be_woken_in_the_past() -> None:
+    """Seed 124: a heartbeat timed out while the worker was leaving and still stopping its work; the
+    retry time passed, but the leave waits for the stop: next_wakeup_ms() kept returning that past
+    time, so a driver spun (the simulator's virtual clock could not advance at all)."""
+    m = _joined(items("a"), request_timeout_ms=1_500)
+    out = _send(m, 1_000)
+    m.leave(1_100)
+    stop = m.poll_effect(1_100)
+    assert stop is not None and stop.revoked == items("a")
+    m.tick(out.sent_ms + out.timeout_ms)  # the heartbeat in flight times out while the stop runs
+    now = out.sent_ms + out.timeout_ms + 2_000
+    assert m.poll_heartbeat(now) is None  # the leave waits for the stop
+    wake = m.next_wakeup_ms()
+    assert wake is None or wake > now, f"asks to be woken at {wake}, at {now}, with nothing it can do"
+    m.effect_done(stop.seq, now)
+    leave = m.poll_heartbeat(now)
+    assert leave is not None and leave.leave
+
+
+# ---- 3. SDK: a duplicate's answer carrying the assignment was ignored for good ----------------------
+
+
+def test_a_later_answer_to_the_same_request_that_carries_an_assignment_triggers_a_full_request() -> None:
+    """Seed 12888 (--steps 300): a heartbeat was duplicated; the first copy was answered "nothing
+    new", the second (after a release) handed the member a pending task. The member took the first
+    answer and ignored the second, while the coordinator believed it had told the member: the task
+    was assigned, never started, and never sent again (partial heartbeats get no assignment)."""
+    m = _joined(items("b"))
+    out = _send(m, 1_000)
+    m.on_heartbeat_response(out.seq, response(), 1_005)
+    m.on_heartbeat_response(out.seq, response(assigned=items("b", "b-0")), 1_007)  # the duplicate's answer
+    assert m.assigned == items("b")
+    nxt = _send(m, 2_000)
+    assert nxt.full, "the coordinator only resends the assignment to a full request"
+
+
+# ---- 4. core: a lost-response heartbeat acknowledged a revocation ----------------------------------
+
+
+def test_a_lost_response_heartbeat_does_not_acknowledge_a_revocation() -> None:
+    """Found by the adversarial replays: a heartbeat at the member's previous epoch (accepted as the
+    lost-response case) was sent before the member learned its current epoch -- so before any
+    revocation at that epoch reached it -- yet its `owned` acknowledged the revocation, and the
+    revoked connector went to another member while the first could still be running it."""
+    ctx = Context()
+    ctx.put_connector("a", 0)
+    ctx.put_connector("b", 0)
+    m1 = ctx.join().member_id
+    ctx.compute(m1, {m1: seed_items("a", "b")})
+    e1 = ctx.heartbeat(m1, 0, owned=EMPTY).member_epoch
+    m2 = ctx.join().member_id
+    ctx.heartbeat(m1, e1, owned=seed_items("a", "b"))
+    ctx.compute(m1, {m1: seed_items("a"), m2: seed_items("b")})
+    revoke = ctx.heartbeat(m1, e1, owned=seed_items("a", "b"))
+    assert Items.from_proto(revoke.assignment.assigned) == seed_items("a")
+    member = ctx.group().members[m1]
+    assert member.current.state == CoordMemberState.UNREVOKED_ITEMS
+    previous = member.current.previous_member_epoch
+
+    stale = ctx.heartbeat(m1, previous, owned=seed_items("a"))  # sent before it ever ran b
+    assert stale.error_code == ErrorCode.NONE
+    assert ctx.group().members[m1].current.state == CoordMemberState.UNREVOKED_ITEMS
+    r2 = ctx.heartbeat(m2, ctx.group().members[m2].member_epoch, owned=EMPTY)
+    assert Items.from_proto(r2.assignment.assigned) == EMPTY
+    assert Items.from_proto(r2.assignment.pending) == seed_items("b")
+
+    # The genuine acknowledgement, at the current epoch, still releases it.
+    ctx.heartbeat(m1, e1, owned=seed_items("a"))
+    r2 = ctx.heartbeat(m2, ctx.group().members[m2].member_epoch)
+    assert Items.from_proto(r2.assignment.assigned) == seed_items("b")
+    ctx.check_recovery()
+
+
+# ---- the seeds that found them ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seed", "steps"), [(87, 100), (124, 100), (12888, 300), (11611, 300)])
+def test_the_seeds_that_found_them_now_hold(seed: int, steps: int) -> None:
+    result = run_scenario(generate(seed, steps))
+    assert result.ok, result.violation
