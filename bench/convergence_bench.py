@@ -12,7 +12,7 @@ The coordinator is a real `connect-coordinator serve` subprocess (SQLite, client
 workers compute the assignments with the local assignor); the clients run in this process. Not a
 test: it prints a table and writes JSON under bench/out/.
 
-    .venv/bin/python bench/convergence_bench.py [--joins 5] [--big-workers 1000] [--quick]
+    .venv/bin/python bench/convergence_bench.py [--joins 10] [--big-workers 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ async def all_join(
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=100)
-    p.add_argument("--joins", type=int, default=5)
+    p.add_argument("--joins", type=int, default=10)
     p.add_argument("--interval-ms", type=int, default=300, help="heartbeat interval for the join case")
     p.add_argument("--big-workers", type=int, default=1000)
     p.add_argument("--big-interval-ms", type=int, default=1000, help="heartbeat interval for the all-join case")
