@@ -4,18 +4,13 @@ observation no connector or task runs on two workers, by the workers' own status
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.processes import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_local_stack_scenario(tmp_path: Path) -> None:

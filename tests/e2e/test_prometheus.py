@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from connect.coordinator.v1 import admin_pb2, assignor_pb2, assignor_pb2_grpc, c
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, all_items
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
+from tests.fixtures.processes import free_port
 from tests.fixtures.prometheus import PrometheusServer, promtool_check_metrics
 
 COORDINATOR_JOB = "connect-coordinator"
@@ -36,18 +36,12 @@ SETTINGS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class AssignorService:
     """`connect-assignor serve` with /metrics on a free port (the CLI prints only the gRPC address)."""
 
     def __init__(self) -> None:
-        self.address = f"127.0.0.1:{_free_port()}"
-        self.metrics_target = f"127.0.0.1:{_free_port()}"
+        self.address = f"127.0.0.1:{free_port()}"
+        self.metrics_target = f"127.0.0.1:{free_port()}"
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 

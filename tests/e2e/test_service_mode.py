@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,7 @@ from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, all_items
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fixtures.processes import free_port
 
 
 class AssignorProcess:
