@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "proto"))
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
 
-ECHO_SERVER = r'''
+ECHO_SERVER = r"""
 import asyncio, sys
 import grpc
 from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -53,7 +53,7 @@ async def main():
     await server.wait_for_termination()
 
 asyncio.run(main())
-'''
+"""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,7 +63,14 @@ def cpu_seconds(pid: int) -> float:
 
 def start(cmd: list[str], marker: str, core: int) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'proto'}"}
-    proc = subprocess.Popen(["taskset", "-c", str(core), *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        ["taskset", "-c", str(core), *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if marker in line:
@@ -78,20 +85,37 @@ def setup_group(address: str, members: int) -> list[tuple[str, int]]:
     admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
     tasks_per_connector, connectors = 10, members // 10 or 1
     for i in range(connectors):
-        admin.PutConnector(admin_pb2.PutConnectorRequest(group_id="bench", connector=f"c{i}", task_count=tasks_per_connector))
-    assignors = common_pb2.ClientAssignors(assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)])
+        admin.PutConnector(
+            admin_pb2.PutConnectorRequest(group_id="bench", connector=f"c{i}", task_count=tasks_per_connector)
+        )
+    assignors = common_pb2.ClientAssignors(
+        assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)]
+    )
     ids: list[str] = []
     epochs: dict[str, int] = {}
     for i in range(members):
-        r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(
-            group_id="bench", member_epoch=0, member_id=f"w{i}", rebalance_timeout_ms=60_000, client_assignors=assignors,
-            owned=common_pb2.ConnectorsAndTasks()))
+        r = coord.ConnectGroupHeartbeat(
+            coordinator_pb2.ConnectGroupHeartbeatRequest(
+                group_id="bench",
+                member_epoch=0,
+                member_id=f"w{i}",
+                rebalance_timeout_ms=60_000,
+                client_assignors=assignors,
+                owned=common_pb2.ConnectorsAndTasks(),
+            )
+        )
         ids.append(r.member_id)
         epochs[r.member_id] = r.member_epoch
     # The first member computes: connector i and its tasks round-robin.
     chooser = ids[0]
-    r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=chooser, member_epoch=epochs[chooser]))
-    prep = coord.ConnectGroupPrepareAssignment(coordinator_pb2.ConnectGroupPrepareAssignmentRequest(group_id="bench", member_id=chooser, member_epoch=r.member_epoch))
+    r = coord.ConnectGroupHeartbeat(
+        coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=chooser, member_epoch=epochs[chooser])
+    )
+    prep = coord.ConnectGroupPrepareAssignment(
+        coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
+            group_id="bench", member_id=chooser, member_epoch=r.member_epoch
+        )
+    )
     targets: dict[str, list[tuple[str, int]]] = {m: [] for m in ids}
     conns: dict[str, list[str]] = {m: [] for m in ids}
     k = 0
@@ -101,14 +125,18 @@ def setup_group(address: str, members: int) -> list[tuple[str, int]]:
         for t in range(spec.task_count):
             targets[ids[k % members]].append((spec.name, t))
             k += 1
-    install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(group_id="bench", member_id=chooser, member_epoch=r.member_epoch, group_epoch=prep.group_epoch)
+    install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
+        group_id="bench", member_id=chooser, member_epoch=r.member_epoch, group_epoch=prep.group_epoch
+    )
     for m in ids:
         Items.of(conns[m], targets[m]).to_proto(install.members.add(member_id=m).connectors_and_tasks)
     resp = coord.ConnectGroupInstallAssignment(install)
     assert resp.error_code == 0, resp
     out = []
     for m in ids:
-        r = coord.ConnectGroupHeartbeat(coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=epochs[m]))
+        r = coord.ConnectGroupHeartbeat(
+            coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=epochs[m])
+        )
         assert r.error_code in (0, 1000), r
         out.append((m, r.member_epoch))
     g = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["bench"])).groups[0]
@@ -120,7 +148,9 @@ def setup_group(address: str, members: int) -> list[tuple[str, int]]:
 async def load(address: str, members: list[tuple[str, int]], in_flight: int, seconds: float) -> tuple[int, list[float]]:
     channel = grpc.aio.insecure_channel(address)
     stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(channel)
-    requests = [coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=e) for m, e in members]
+    requests = [
+        coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=e) for m, e in members
+    ]
     latencies: list[float] = []
     stop_at = time.perf_counter() + seconds
     errors = 0
@@ -143,7 +173,9 @@ async def load(address: str, members: list[tuple[str, int]], in_flight: int, sec
     return len(latencies), latencies
 
 
-def measure(name: str, pid: int, address: str, members: list[tuple[str, int]], in_flight: int, seconds: float) -> dict[str, float]:
+def measure(
+    name: str, pid: int, address: str, members: list[tuple[str, int]], in_flight: int, seconds: float
+) -> dict[str, float]:
     asyncio.run(load(address, members, in_flight, 1.0))  # warm-up
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     n, lat = asyncio.run(load(address, members, in_flight, seconds))
@@ -165,10 +197,26 @@ def main() -> int:
     os.sched_setaffinity(0, {1})  # the load generator on core 1, servers on core 0
     with tempfile.TemporaryDirectory() as tmp:
         coord, caddr = start(
-            [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "",
-             "--database", f"sqlite:///{tmp}/bench.db", "--set", "group.connect.session.timeout.ms=60000",
-             "--set", "group.connect.heartbeat.interval.ms=5000", "--log-level", "WARNING"],
-            "listening on", core=0,
+            [
+                sys.executable,
+                "-m",
+                "services.coordinator.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--database",
+                f"sqlite:///{tmp}/bench.db",
+                "--set",
+                "group.connect.session.timeout.ms=60000",
+                "--set",
+                "group.connect.heartbeat.interval.ms=5000",
+                "--log-level",
+                "WARNING",
+            ],
+            "listening on",
+            core=0,
         )
         echo, eaddr = start([sys.executable, "-c", ECHO_SERVER], "listening on", core=0)
         try:
@@ -183,17 +231,23 @@ def main() -> int:
             echo.terminate()
             coord.wait(10)
             echo.wait(10)
-    print(f"Steady-state heartbeats, {args.members} members of one group, SQLite, {args.seconds:.0f}s per point, "
-          f"servers pinned to one core, load generator on the other.\n")
+    print(
+        f"Steady-state heartbeats, {args.members} members of one group, SQLite, {args.seconds:.0f}s per point, "
+        f"servers pinned to one core, load generator on the other.\n"
+    )
     print("| in flight | server | req/s | p50 ms | p99 ms | server CPU µs/req |")
     print("|---|---|---|---|---|---|")
     for in_flight, e, c in rows:
         for name, m in (("echo", e), ("coordinator", c)):
-            print(f"| {in_flight} | {name} | {m['rps']:.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.0f} |")
+            print(
+                f"| {in_flight} | {name} | {m['rps']:.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.0f} |"
+            )
     print()
     for in_flight, e, c in rows:
-        print(f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
-              f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}")
+        print(
+            f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
+            f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
+        )
     return 0
 
 

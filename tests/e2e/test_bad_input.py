@@ -14,7 +14,9 @@ HEARTBEAT = "/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupHeartbe
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_garbage_and_oversized_messages_are_refused_and_the_server_keeps_serving(coordinator: CoordinatorProcess) -> None:
+def test_garbage_and_oversized_messages_are_refused_and_the_server_keeps_serving(
+    coordinator: CoordinatorProcess,
+) -> None:
     c = Client(coordinator.address)
     c.put_connector("A", 2)
     before = c.view()
