@@ -58,7 +58,9 @@ class _Instrumented:
         duration.observe(time.perf_counter() - started)
         result = self._results.get((method, code))
         if result is None:
-            result = self._results[(method, code)] = self.metrics.rpc_results.labels(method, ERROR_NAMES.get(code, str(code)))
+            result = self._results[(method, code)] = self.metrics.rpc_results.labels(
+                method, ERROR_NAMES.get(code, str(code))
+            )
         result.inc()
         return response
 
