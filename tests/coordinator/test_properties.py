@@ -44,7 +44,10 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("explore", max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A longer random search for local runs: COORDINATOR_HYPOTHESIS_PROFILE=explore pytest -o timeout=0 ...
+settings.register_profile(
+    "explore", max_examples=20_000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 PROFILE = os.environ.get("COORDINATOR_HYPOTHESIS_PROFILE", "ci")
 
 SLOTS = 4
