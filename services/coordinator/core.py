@@ -231,7 +231,9 @@ class GroupCoordinator:
             member = group.members[member.member_id]
 
         mid = member.member_id
-        member.session_deadline_ms = now + self.session_timeout_ms(group)
+        # Never earlier than a deadline already set: the member may not have heard yet of a lowered
+        # session timeout, and its SDK stops its work only by the session it was last told.
+        member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
         self.timer.schedule(_session_key(gid, mid), member.session_deadline_ms)
 
         before = member.current

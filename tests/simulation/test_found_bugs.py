@@ -153,7 +153,35 @@ def test_a_lost_response_heartbeat_does_not_acknowledge_a_revocation() -> None:
 # ---- the seeds that found them ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seed", "steps"), [(87, 100), (124, 100), (12888, 300), (11611, 300)])
+@pytest.mark.parametrize(
+    ("seed", "steps"), [(87, 100), (124, 100), (12888, 300), (11611, 300), (102525, 600), (102579, 600)]
+)
 def test_the_seeds_that_found_them_now_hold(seed: int, steps: int) -> None:
     result = run_scenario(generate(seed, steps))
     assert result.ok, result.violation
+
+
+# ---- 5. core: a lowered session timeout expired members before their SDK stopped ------------------
+
+
+def test_lowering_the_session_timeout_does_not_expire_a_member_before_the_session_it_was_told() -> None:
+    """Seeds 102525 and 102579 (--steps 600): session.timeout.ms lowered from 4 s to 3 s; the next
+    heartbeat's answer (carrying the new timeout) was lost and the worker was partitioned. The
+    coordinator expired it 3 s after that heartbeat, while the worker -- told 4 s by its last
+    successful answer -- was still running its work: the session-safety stop came too late."""
+    ctx = Context()
+    ctx.put_connector("a", 0)
+    assert ctx.alter_configs(session_timeout_ms="4000", heartbeat_interval_ms="1000").error_code == ErrorCode.NONE
+    mid = ctx.join().member_id
+    ctx.compute(mid, {mid: seed_items("a")})
+    told = ctx.heartbeat(mid, 0, owned=EMPTY)  # the last answer the worker hears: 4 s
+    assert told.session_timeout_ms == 4_000
+    ctx.sleep(100)
+    assert ctx.alter_configs(session_timeout_ms="3000").error_code == ErrorCode.NONE
+    ctx.sleep(100)
+    lost = ctx.heartbeat(mid, told.member_epoch, owned=seed_items("a"))  # its answer never arrives
+    assert lost.session_timeout_ms == 3_000
+    ctx.sleep(3_700)  # 3.9 s after the answer that said 4 s
+    assert mid in ctx.group().members, "expired before the session the worker was told"
+    ctx.sleep(200)
+    assert mid not in ctx.group().members
