@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from simulator.engine import RunResult, run_scenario
 from simulator.planted import PLANTS, planted
@@ -23,19 +23,21 @@ from simulator.scenario import DEFAULT_STEPS, Scenario, generate
 from simulator.shrink import shrink
 
 
-def _scenario(seed: int, steps: int, unordered: bool) -> Scenario:
+def _scenario(seed: int, steps: int, unordered: bool, duplicate_joins: bool = False) -> Scenario:
     s = generate(seed, steps)
-    if unordered:
-        s = replace(s, net=replace(s.net, unordered_requests=True))
+    if unordered or duplicate_joins:
+        s = replace(s, net=replace(s.net, unordered_requests=unordered, duplicate_joins=duplicate_joins))
     return s
 
 
-def _replay_command(seed: int, steps: int, plants: list[str], unordered: bool) -> str:
-    extra = "".join(f" --plant {p}" for p in plants)
-    if steps != DEFAULT_STEPS:
-        extra += f" --steps {steps}"
-    if unordered:
+def _replay_command(seed: int, args: argparse.Namespace) -> str:
+    extra = "".join(f" --plant {p}" for p in args.plant or ())
+    if args.steps != DEFAULT_STEPS:
+        extra += f" --steps {args.steps}"
+    if args.unordered_requests:
         extra += " --unordered-requests"
+    if args.duplicate_joins:
+        extra += " --duplicate-joins"
     return f"python -m simulator replay --seed {seed}{extra}"
 
 
@@ -44,9 +46,7 @@ def report_failure(result: RunResult, args: argparse.Namespace, out: list[str]) 
     assert result.violation is not None
     plants = list(args.plant or [])
     out.append(f"FAILED seed {result.scenario.seed}: {result.violation}")
-    out.append(
-        f"  replay the original: {_replay_command(result.scenario.seed, args.steps, plants, args.unordered_requests)}"
-    )
+    out.append(f"  replay the original: {_replay_command(result.scenario.seed, args)}")
     if args.no_shrink:
         return
     started = time.monotonic()
@@ -69,7 +69,7 @@ def report_failure(result: RunResult, args: argparse.Namespace, out: list[str]) 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = _scenario(args.seed, args.steps, args.unordered_requests)
+    scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins)
     started = time.monotonic()
     result = run_scenario(scenario, keep_trace=True)
     print(
@@ -90,7 +90,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.repro:
         scenario = Scenario.from_token(args.repro)
     elif args.seed is not None:
-        scenario = _scenario(args.seed, args.steps, args.unordered_requests)
+        scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins)
     else:
         print("replay needs --seed or --repro", file=sys.stderr)
         return 2
@@ -105,17 +105,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
-def _soak_one(job: tuple[int, int, bool, tuple[str, ...]]) -> tuple[int, int, str | None, str | None]:
-    seed, steps, unordered, plants = job
+SoakResult = tuple[int, int, str | None, str | None, dict[str, int]]
+
+
+def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...]]) -> SoakResult:
+    seed, steps, unordered, duplicate_joins, plants = job
     with planted(plants):
-        result = run_scenario(_scenario(seed, steps, unordered))
+        result = run_scenario(_scenario(seed, steps, unordered, duplicate_joins))
     v = result.violation
-    return seed, result.steps, (v.invariant if v else None), (str(v) if v else None)
+    counts = {k: val for k, val in asdict(result.stats).items() if isinstance(val, int) and k != "converged_ms"}
+    counts["bad_requests_checked"] = sum(result.stats.bad_checked.values())
+    if result.stats.converged_ms is not None:
+        counts["converged_ms"] = result.stats.converged_ms
+    return seed, result.steps, (v.invariant if v else None), (str(v) if v else None), counts
 
 
-def _jobs(args: argparse.Namespace) -> Iterator[tuple[int, int, bool, tuple[str, ...]]]:
+def _jobs(args: argparse.Namespace) -> Iterator[tuple[int, int, bool, bool, tuple[str, ...]]]:
     for seed in range(args.start_seed, args.start_seed + args.scenarios):
-        yield seed, args.steps, args.unordered_requests, tuple(args.plant or ())
+        yield seed, args.steps, args.unordered_requests, args.duplicate_joins, tuple(args.plant or ())
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
@@ -124,18 +131,21 @@ def cmd_soak(args: argparse.Namespace) -> int:
     failures: list[tuple[int, str]] = []
     kinds: Counter[str] = Counter()
     done = 0
+    coverage: Counter[str] = Counter()
+    convergence: list[int] = []
     if args.jobs > 1:
         pool = multiprocessing.get_context("fork").Pool(args.jobs)
-        results: Iterator[tuple[int, int, str | None, str | None]] = pool.imap_unordered(
-            _soak_one, _jobs(args), chunksize=8
-        )
+        results: Iterator[SoakResult] = pool.imap_unordered(_soak_one, _jobs(args), chunksize=8)
     else:
         pool = None
         results = map(_soak_one, _jobs(args))
     try:
-        for seed, n, invariant, message in results:
+        for seed, n, invariant, message, counts in results:
             done += 1
             steps += n
+            if "converged_ms" in counts:
+                convergence.append(counts.pop("converged_ms"))
+            coverage.update(counts)
             if invariant is not None:
                 assert message is not None
                 failures.append((seed, message))
@@ -154,11 +164,21 @@ def cmd_soak(args: argparse.Namespace) -> int:
         f"{done} scenarios (seeds {args.start_seed}..{args.start_seed + args.scenarios - 1}), {steps} steps, "
         f"{elapsed:.1f} s ({steps / max(elapsed, 1e-9):.0f} steps/s): {len(failures)} failed {dict(kinds)}"
     )
+    print("  faults and outcomes: " + ", ".join(f"{k} {v}" for k, v in coverage.items()))
+    if convergence:
+        convergence.sort()
+        p50, p99 = (
+            convergence[len(convergence) // 2],
+            convergence[min(len(convergence) - 1, len(convergence) * 99 // 100)],
+        )
+        print(f"  converged after the faults stopped in (virtual ms): p50 {p50}, p99 {p99}, max {convergence[-1]}")
     if not failures:
         return 0
     seed = min(s for s, _ in failures)
     with planted(tuple(args.plant or ())):
-        result = run_scenario(_scenario(seed, args.steps, args.unordered_requests), keep_trace=True)
+        result = run_scenario(
+            _scenario(seed, args.steps, args.unordered_requests, args.duplicate_joins), keep_trace=True
+        )
         out: list[str] = []
         if result.violation is not None:
             report_failure(result, args, out)
@@ -183,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--unordered-requests",
             action="store_true",
             help="deliver a worker's requests in any order (the protocol assumes one ordered connection)",
+        )
+        p.add_argument(
+            "--duplicate-joins",
+            action="store_true",
+            help="duplicate joins too (a join under a server-generated id is not idempotent)",
         )
         p.add_argument("--no-shrink", action="store_true", help="print the failing seed without shrinking it")
         p.add_argument("--shrink-runs", type=int, default=300, help="at most this many runs to shrink a failure")

@@ -147,7 +147,12 @@ class Stats:
     worker_crashes: int = 0
     coordinator_crashes: int = 0
     recoveries: int = 0
-    fenced: int = 0
+    fenced: int = 0  # workers that learned they were fenced
+    coordinator_fenced: int = 0  # members the coordinator fenced (epoch mismatch or rebalance timeout)
+    rebalance_timeouts: int = 0  # ... of which for not revoking within the rebalance timeout
+    held: int = 0  # fenced with work held until their session would have expired
+    expired: int = 0  # members whose session expired
+    revocations: int = 0
     safety_stops: int = 0
     bad_requests: int = 0
     assignments_installed: int = 0
@@ -284,10 +289,22 @@ class CoordinatorNode:
         if not records:
             return
         self.storage.write(records)
+        stats = self.sim.stats
         for r in records:
             self.shadow.replay(r)
             if isinstance(r, MemberMetadata) and r.value is not None:
                 self.committed_members.add(r.member_id)
+            elif isinstance(r, RebalanceEvent):
+                if r.event == "member_fenced":
+                    stats.coordinator_fenced += 1
+                    if r.details.get("cause") == "rebalance_timeout":
+                        stats.rebalance_timeouts += 1
+                    if r.details.get("held"):
+                        stats.held += 1
+                elif r.event == "member_expired":
+                    stats.expired += 1
+                elif r.event == "revocation_requested":
+                    stats.revocations += 1
 
     def execute(
         self, handler: Callable[[GroupCoordinator, int], Result], now: int, reply: Callable[[Any], None] | None
@@ -733,7 +750,7 @@ class Network:
     def _chaos(self, now: int) -> bool:
         return now < self.sim.scenario.fault_window_ms
 
-    def _delays(self, now: int, loss: float, what: str) -> list[int]:
+    def _delays(self, now: int, loss: float, what: str, may_duplicate: bool = True) -> list[int]:
         """Delivery delays of one message: [] if it is lost, two if it is duplicated."""
         stats = self.sim.stats
         stats.messages += 1
@@ -745,7 +762,7 @@ class Network:
             self.sim.trace(f"{what}: LOST")
             return []
         copies = 1
-        if rng.random() < self.spec.duplicate:
+        if rng.random() < self.spec.duplicate and may_duplicate:
             stats.duplicated += 1
             copies = 2
         out = []
@@ -764,7 +781,11 @@ class Network:
             self.sim.trace(f"{w.name} -> C {kind}: dropped (partitioned)")
             return
         key = (w.index, w.incarnation)
-        for delay in self._delays(now, self.spec.loss_request, f"{w.name} -> C {kind}"):
+        # A join under a server-generated id is not idempotent: a duplicate creates a second member
+        # (see NetSpec.duplicate_joins).
+        join = kind == "heartbeat" and not body.member_id
+        may_duplicate = self.spec.duplicate_joins or not join
+        for delay in self._delays(now, self.spec.loss_request, f"{w.name} -> C {kind}", may_duplicate):
             at = now + delay
             if not self.spec.unordered_requests:
                 # One connection per worker process (gRPC over HTTP/2, over TCP): its requests arrive in

@@ -95,6 +95,11 @@ class NetSpec:
     # False: a worker's requests arrive in the order sent (one gRPC connection); True: any order
     # (the protocol is NOT safe then -- see docs/simulation.md).
     unordered_requests: bool = False
+    # Duplicate joins too (requests with an empty member_id). Off by default: with server-generated
+    # member ids a join is not idempotent -- a late duplicate creates a ghost member, and for a
+    # static worker whose session expired meanwhile, the ghost takes its instance_id and the live
+    # worker is fenced for good (FENCED_INSTANCE_ID). See docs/simulation.md.
+    duplicate_joins: bool = False
 
 
 @dataclass(frozen=True, slots=True)
