@@ -237,9 +237,13 @@ class GroupCoordinator:
         self.timer.schedule(_session_key(gid, mid), member.session_deadline_ms)
 
         before = member.current
-        # A lost-response request was sent before the member learned its current epoch, so before any
-        # revocation at that epoch reached it: its `owned` cannot acknowledge one.
-        self._reconcile(sink, group, member, None if lost_response else owned, now)
+        # A lost-response request is answered with the member's current assignment and changes
+        # nothing else: it was sent before the member learned its current epoch (so before any
+        # revocation at that epoch reached it: its `owned` cannot acknowledge one), and it may be a
+        # duplicate or a replay whose answer the member never sees -- an assignment changed by it
+        # would never be sent again.
+        if not lost_response:
+            self._reconcile(sink, group, member, owned, now)
         self._after_change(sink, group, now)
 
         inflight = group.in_flight

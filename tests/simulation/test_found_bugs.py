@@ -154,7 +154,8 @@ def test_a_lost_response_heartbeat_does_not_acknowledge_a_revocation() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seed", "steps"), [(87, 100), (124, 100), (12888, 300), (11611, 300), (102525, 600), (102579, 600)]
+    ("seed", "steps"),
+    [(87, 100), (124, 100), (12888, 300), (11611, 300), (102525, 600), (102579, 600), (302613, 600)],
 )
 def test_the_seeds_that_found_them_now_hold(seed: int, steps: int) -> None:
     result = run_scenario(generate(seed, steps))
@@ -185,3 +186,39 @@ def test_lowering_the_session_timeout_does_not_expire_a_member_before_the_sessio
     assert mid in ctx.group().members, "expired before the session the worker was told"
     ctx.sleep(200)
     assert mid not in ctx.group().members
+
+
+# ---- 6. core: a lost-response heartbeat handed over work whose answer the member never saw ---------
+
+
+def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assignment() -> None:
+    """Seed 302613 (--steps 600): a replayed heartbeat at a member's previous epoch (the
+    lost-response case) handed it the tasks it was waiting for -- in an answer only the replayer
+    saw. The coordinator then counted them as the member's; the member, hearing nothing new in its
+    partial heartbeats, never started them: seven tasks ran nowhere for good. The same happens to a
+    duplicated request whose copies are answered differently."""
+    ctx = Context()
+    ctx.put_connector("a", 0)
+    ctx.put_connector("b", 0)
+    m1 = ctx.join().member_id
+    ctx.compute(m1, {m1: seed_items("a", "b")})
+    e1 = ctx.heartbeat(m1, 0, owned=EMPTY).member_epoch
+    ctx.heartbeat(m1, e1, owned=seed_items("a", "b"))
+    m2 = ctx.join().member_id
+    ctx.compute(m1, {m1: seed_items("a"), m2: seed_items("b")})
+    r2 = ctx.heartbeat(m2, ctx.group().members[m2].member_epoch, owned=EMPTY)
+    e2 = r2.member_epoch
+    assert Items.from_proto(r2.assignment.pending) == seed_items("b")  # m1 still owns b
+    ctx.heartbeat(m1, e1, owned=seed_items("a", "b"))  # revoke b
+    ctx.heartbeat(m1, e1, owned=seed_items("a"))  # b released
+    previous = ctx.group().members[m2].current.previous_member_epoch
+    before = ctx.durable()
+
+    replay = ctx.heartbeat(m2, previous, owned=EMPTY)  # its answer goes to whoever replayed it
+    assert replay.error_code == ErrorCode.NONE and replay.member_epoch == e2
+    assert Items.from_proto(replay.assignment.pending) == seed_items("b")
+    assert ctx.durable() == before, "a lost-response request changes nothing"
+
+    genuine = ctx.heartbeat(m2, e2)
+    assert Items.from_proto(genuine.assignment.assigned) == seed_items("b")
+    ctx.check_recovery()
