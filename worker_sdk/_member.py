@@ -443,6 +443,8 @@ class Member:
         self, now_ms: int, request: coordinator_pb2.ConnectGroupHeartbeatRequest, full: bool, leave: bool = False
     ) -> OutgoingHeartbeat:
         self._seq += 1
+        # Lets the coordinator drop a delayed or duplicated copy of an older heartbeat.
+        request.request_sequence = self._seq
         out = OutgoingHeartbeat(self._seq, request, now_ms, self.request_timeout_ms(), full, leave)
         self._in_flight = out
         self._retry_at_ms = None

@@ -69,15 +69,23 @@ def version_span(members: Iterable[Member], assignor: str) -> tuple[int, int]:
 
 
 def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[str]:
-    """Workers able to compute for everyone: their version range covers every member's range
-    (A [1-5], B [3-4], C [2-4] -> A). Temporarily departed static members can't compute."""
-    low, high = version_span(members.values(), assignor)
-    out = []
-    for mid, m in members.items():
-        spec = m.assignor(assignor)
-        if spec is not None and m.member_epoch >= 0 and spec.minimum_version <= low and spec.maximum_version >= high:
-            out.append(mid)
-    return out
+    """Workers able to compute for everyone. Preferably one whose version range covers every
+    member's range (A [1-5], B [3-4], C [2-4] -> A; checked when members join). If the member that
+    did has left, one that covers every version actually in use (each member's `version`) will do.
+    Temporarily departed static members can't compute."""
+    specs = {mid: m.assignor(assignor) for mid, m in members.items()}
+    live = {mid: s for mid, s in specs.items() if s is not None and members[mid].member_epoch >= 0}
+    present = [s for s in specs.values() if s is not None]
+    if not present:
+        return []
+    for low, high in (
+        (min(s.minimum_version for s in present), max(s.maximum_version for s in present)),
+        (min(s.version for s in present), max(s.version for s in present)),
+    ):
+        out = [mid for mid, s in live.items() if s.minimum_version <= low and s.maximum_version >= high]
+        if out:
+            return out
+    return []
 
 
 def build_snapshot(

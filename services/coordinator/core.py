@@ -203,6 +203,8 @@ class GroupCoordinator:
                 # The instance comes back under the same member id: it takes its place back all the same.
                 replacing, member = group.members[holder_id], None
 
+        if member is not None:
+            self._check_sequence(member, req)
         lost_response = False
         new_member = member is None
         if member is None:
@@ -231,6 +233,8 @@ class GroupCoordinator:
             member = group.members[member.member_id]
 
         mid = member.member_id
+        if req.HasField("request_sequence"):
+            member.last_request_sequence = req.request_sequence
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
         member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
@@ -346,6 +350,16 @@ class GroupCoordinator:
             self._bump(sink, group, "member_joined", mid)
         return group.members[mid]
 
+    @staticmethod
+    def _check_sequence(member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
+        """A request not newer than the last one processed from this member is stale (delayed or
+        duplicated by the network): it must change nothing -- not even fence the member."""
+        if req.HasField("request_sequence") and req.request_sequence <= member.last_request_sequence:
+            raise invalid(
+                f"request_sequence {req.request_sequence} is not after {member.last_request_sequence}, the last "
+                "processed from this member: a stale (delayed or duplicated) request is ignored"
+            )
+
     def _update_member(
         self, sink: _Sink, group: Group, member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
     ) -> None:
@@ -448,6 +462,7 @@ class GroupCoordinator:
             raise ApiError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"member '{req.member_id}' is not a member of group '{req.group_id}'"
             )
+        self._check_sequence(member, req)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             if not member.meta.instance_id:
                 raise invalid(
@@ -618,6 +633,14 @@ class GroupCoordinator:
         else:
             candidates = executor_candidates(group.members, name)
             if not candidates:
+                # Said once per epoch: the group stays Assigning until a member able to compute joins.
+                if group.unassignable_epoch != group.epoch:
+                    group.unassignable_epoch = group.epoch
+                    sink.event(
+                        group,
+                        EventType.ASSIGNMENT_FAILED,
+                        reason=f"no worker supports every version of '{name}' in use",
+                    )
                 return
             # Prefer the previous executor (sticky, like Connect's leader); skip ones that just failed.
             usable = [c for c in candidates if c not in group.failed_executors] or candidates

@@ -65,6 +65,8 @@ class Member:
     current: CurrentAssignmentValue = NO_ASSIGNMENT
     # Volatile (not stored): when the session expires; re-armed on load.
     session_deadline_ms: int = 0
+    # Volatile: the newest request_sequence processed from this member (-1: none yet / since a restart).
+    last_request_sequence: int = -1
 
     @property
     def member_epoch(self) -> int:
@@ -99,6 +101,7 @@ class Group:
     in_flight: InFlightAssignment | None = None
     assignment_failures: int = 0
     last_executor: str = ""
+    unassignable_epoch: int = -1
     failed_executors: set[str] = field(default_factory=set)
 
     @property

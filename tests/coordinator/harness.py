@@ -82,6 +82,8 @@ class Context:
         self._apply(result)
         return result.records
 
+    _sequence: int = 0
+
     def call(self, method: str, request: Any) -> Any:
         """Send a raw request to a handler (`heartbeat`, `prepare_assignment`, `put_connector`, ...)."""
         return self._apply(getattr(self.coordinator, method)(request, self.now))
@@ -191,7 +193,13 @@ class Context:
             req.instance_id = instance_id
         if url is not None:
             req.url = url
+        # Numbered like the worker SDK numbers its heartbeats (always newer than the last one).
+        req.request_sequence = self.next_sequence()
         return self._apply(self.coordinator.heartbeat(req, self.now))
+
+    def next_sequence(self) -> int:
+        self._sequence += 1
+        return self._sequence
 
     def join(
         self, member_id: str = "", group_id: str = "g", **kw: Any

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
@@ -663,12 +661,9 @@ def test_restart_after_lowering_the_session_timeout_does_not_expire_members_earl
     ctx.check_recovery()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design gap: when the only worker covering every version in use leaves, no executor can be "
-    "chosen; the group stays Assigning and nobody is told (no COMPUTE_ASSIGNMENT, no UNSUPPORTED_ASSIGNOR)",
-)
 def test_losing_the_only_worker_covering_every_version_is_signalled() -> None:
+    """When the worker covering every member's range leaves, one covering every version in use
+    (each member's `version`) computes instead."""
     ctx = Context()
     ctx.put_connector("A", 1)
     ctx.join("A", assignors=assignors_proto(("ic", 1, 5)))
@@ -684,13 +679,9 @@ def test_losing_the_only_worker_covering_every_version_is_signalled() -> None:
     assert codes & {ErrorCode.COMPUTE_ASSIGNMENT, ErrorCode.UNSUPPORTED_ASSIGNOR}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design gap: `owned` acknowledges a revocation whatever request it comes in, so a delayed "
-    "(reordered) heartbeat at the same member epoch, sent before the work was even given to the "
-    "member, acknowledges its later revocation",
-)
 def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
+    """`owned` in a heartbeat sent before the work was even given to the member must not count as
+    the confirmation of its later revocation: the request_sequence tells the delayed copy apart."""
     ctx = stable_group()
     e = ctx.group().epoch
     # A-1 moves from W2 to W1 at e+1: W1 advances at once, A-1 pending until W2 releases it.
@@ -698,7 +689,9 @@ def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
     ctx.compute("W1", {"W1": W1_ITEMS | items("AT1"), "W2": items("BC0", "CC0")})
     assert pending(ctx.heartbeat("W1", e)) == items("AT1")
     # W1 sends a heartbeat (epoch e+1, owned = A, A-0) that the network delays.
-    delayed = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="W1", member_epoch=e + 1)
+    delayed = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="g", member_id="W1", member_epoch=e + 1, request_sequence=ctx.next_sequence()
+    )
     W1_ITEMS.to_proto(delayed.owned)
     # Meanwhile W2 releases A-1, and W1 (retrying) gets it and runs it -- still at epoch e+1.
     ctx.heartbeat("W2", e)
@@ -711,8 +704,15 @@ def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
     assert str(ctx.group().members["W1"].current.revoking) == str(items("AT1"))
     # The delayed request arrives: right epoch, `owned` without A-1 -- taken as the confirmation,
     # although W1 is still running A-1.
-    ctx.call("heartbeat", delayed)
+    before = ctx.durable()
+    r = ctx.call("heartbeat", delayed)
+    assert r.error_code == ErrorCode.INVALID_REQUEST and "request_sequence" in r.error_message
     assert ctx.group().members["W1"].current.state == "UnrevokedItems"  # A-1 must not be released yet
+    assert ctx.durable() == before  # the stale request changed nothing
+    # The real confirmation, sent after the revocation, is taken.
+    ctx.heartbeat("W1", e + 1, owned=W1_ITEMS)
+    assert ctx.group().members["W1"].current.state != "UnrevokedItems"
+    ctx.check_recovery()
 
 
 def test_switching_assignment_mode_abandons_the_computation_in_flight() -> None:
@@ -736,4 +736,28 @@ def test_switching_assignment_mode_abandons_the_computation_in_flight() -> None:
     ctx.service_compute({"W1": items("AC0"), "W2": items("AT0")})
     ctx.converge()
     assert ctx.snapshot()["state"] == "Stable"
+    ctx.check_recovery()
+
+
+def test_no_worker_able_to_compute_is_reported_once_and_the_target_is_kept() -> None:
+    ctx = Context()
+    ctx.put_connector("A", 1)
+    ctx.join("A", assignors=assignors_proto(("ic", 1, 5)))
+    ctx.join("B", assignors=assignors_proto(("ic", 3, 4)))  # uses version 4
+    ctx.join("C", assignors=assignors_proto(("ic", 2, 3)))  # uses version 3
+    ctx.compute("A", {"A": items("AC0"), "B": items("AT0"), "C": Items()})
+    ctx.converge()
+    target = ctx.group().target
+    # C moves to version 2: B [3-4] can't read it, C [2-3] can't read B's 4, and A leaves.
+    c = assignors_proto(("ic", 2, 3))
+    c.assignors[0].version = 2
+    ctx.heartbeat("C", ctx.group().members["C"].member_epoch, assignors=c)
+    ctx.heartbeat("A", -1)
+    failed = [e for e in ctx.events("assignment_failed") if "no worker supports" in e.details.get("reason", "")]
+    assert len(failed) == 1
+    for _ in range(3):  # heartbeats go on; nobody is asked to compute, nothing else is said
+        for m in ("B", "C"):
+            assert ctx.heartbeat(m, ctx.group().members[m].member_epoch).error_code == ErrorCode.NONE
+    assert len([e for e in ctx.events("assignment_failed") if "no worker supports" in e.details.get("reason", "")]) == 1
+    assert ctx.snapshot()["state"] == "Assigning" and ctx.group().target.assignment_epoch == target.assignment_epoch
     ctx.check_recovery()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.fixtures.processes import free_port
+from tests.fixtures.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

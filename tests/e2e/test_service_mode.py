@@ -18,7 +18,7 @@ from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, all_items
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
-from tests.fixtures.processes import free_port
+from tests.fixtures.net import free_port
 
 
 class AssignorProcess:

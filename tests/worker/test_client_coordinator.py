@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from services.common.items import Items
-from tests.fixtures.processes import ManagedProcess, Processes, free_port
+from tests.fixtures.net import free_port
+from tests.fixtures.processes import ManagedProcess, Processes
 from tests.worker.observe import Admin
 from worker_sdk import MemberState, ReferenceWorker
 

@@ -731,3 +731,25 @@ def test_a_partial_heartbeat_sent_before_a_safety_stop_does_not_end_the_resync()
     assert nxt.full, "the coordinator must be told, in full, that nothing runs"
     m.on_heartbeat_response(nxt.seq, response(assigned=items("b", "b-1")), 4_510)
     assert run_effect(m, 4_510).assigned == items("b", "b-1")
+
+
+def test_every_heartbeat_carries_a_strictly_increasing_request_sequence() -> None:
+    """The coordinator uses it to drop delayed or duplicated copies of older heartbeats."""
+    m = new_member()
+    m.join(0)
+    sequences = []
+    now = 0
+    out = send(m, now)
+    sequences.append(out.request.request_sequence)
+    m.on_heartbeat_response(out.seq, response(), now)
+    for _ in range(3):
+        now += INTERVAL
+        out = send(m, now)
+        assert out.request.HasField("request_sequence") and out.request.request_sequence == out.seq
+        sequences.append(out.request.request_sequence)
+        m.on_heartbeat_response(out.seq, response(), now)
+    m.leave(now)
+    out = send(m, now)
+    sequences.append(out.request.request_sequence)
+    assert out.request.member_epoch == -1
+    assert sequences == sorted(set(sequences)) and len(sequences) == 5

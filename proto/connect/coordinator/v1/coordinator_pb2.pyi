@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ConnectGroupHeartbeatRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "url", "rebalance_timeout_ms", "client_assignors", "owned", "client_id")
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "url", "rebalance_timeout_ms", "client_assignors", "owned", "client_id", "request_sequence")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class ConnectGroupHeartbeatRequest(_message.Message):
     CLIENT_ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
@@ -27,7 +28,8 @@ class ConnectGroupHeartbeatRequest(_message.Message):
     client_assignors: _common_pb2.ClientAssignors
     owned: _common_pb2.ConnectorsAndTasks
     client_id: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_assignors: _Optional[_Union[_common_pb2.ClientAssignors, _Mapping]] = ..., owned: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., client_id: _Optional[str] = ...) -> None: ...
+    request_sequence: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_assignors: _Optional[_Union[_common_pb2.ClientAssignors, _Mapping]] = ..., owned: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., client_id: _Optional[str] = ..., request_sequence: _Optional[int] = ...) -> None: ...
 
 class MemberAssignment(_message.Message):
     __slots__ = ("error", "assigned", "pending", "version", "metadata")
