@@ -460,7 +460,6 @@ class SimWorker:
         self.slow_stop_ms: int | None = None
         self.slow_compute_ms: int | None = None
         self.reason = 0
-        self.ever_started = False
         self.departed = False
         self.restart_after_exit = False  # stopped or crashed and (so far) not restarted
         self.rng = random.Random(f"{sim.scenario.seed}/worker/{index}")
@@ -485,7 +484,6 @@ class SimWorker:
         self.restart_after_exit = False
         self.departed = False
         self.incarnation += 1
-        self.ever_started = True
         self.up, self.leaving = True, False
         self.active, self.effect, self.flow = EMPTY, None, None
         config = MemberConfig(
