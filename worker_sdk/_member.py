@@ -76,6 +76,10 @@ RETRIABLE_ERRORS = frozenset(
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.UNKNOWN_SERVER_ERROR,
         ErrorCode.STALE_MEMBER_EPOCH,
+        # Our request was a copy the coordinator had already seen (or older): the original was
+        # handled but its answer may be lost, so the full request that follows resynchronises.
+        ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     }
 )
 FENCING_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})

@@ -352,13 +352,20 @@ class GroupCoordinator:
 
     @staticmethod
     def _check_sequence(member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
-        """A request not newer than the last one processed from this member is stale (delayed or
-        duplicated by the network): it must change nothing -- not even fence the member."""
-        if req.HasField("request_sequence") and req.request_sequence <= member.last_request_sequence:
-            raise invalid(
-                f"request_sequence {req.request_sequence} is not after {member.last_request_sequence}, the last "
-                "processed from this member: a stale (delayed or duplicated) request is ignored"
-            )
+        """A request not newer than the last one processed from this member is a stale copy (delayed
+        or duplicated by the network): it must change nothing -- not even fence the member."""
+        if not req.HasField("request_sequence") or req.request_sequence > member.last_request_sequence:
+            return
+        code = (
+            ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+            if req.request_sequence == member.last_request_sequence
+            else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        raise ApiError(
+            code,
+            f"request_sequence {req.request_sequence} is not after {member.last_request_sequence}, the last processed "
+            "from this member: this copy is ignored; send a full request if its answer is what you waited for",
+        )
 
     def _update_member(
         self, sink: _Sink, group: Group, member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int

@@ -706,7 +706,7 @@ def test_a_delayed_heartbeat_cannot_acknowledge_a_later_revocation() -> None:
     # although W1 is still running A-1.
     before = ctx.durable()
     r = ctx.call("heartbeat", delayed)
-    assert r.error_code == ErrorCode.INVALID_REQUEST and "request_sequence" in r.error_message
+    assert r.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and "request_sequence" in r.error_message
     assert ctx.group().members["W1"].current.state == "UnrevokedItems"  # A-1 must not be released yet
     assert ctx.durable() == before  # the stale request changed nothing
     # The real confirmation, sent after the revocation, is taken.
@@ -761,3 +761,21 @@ def test_no_worker_able_to_compute_is_reported_once_and_the_target_is_kept() -> 
     assert len([e for e in ctx.events("assignment_failed") if "no worker supports" in e.details.get("reason", "")]) == 1
     assert ctx.snapshot()["state"] == "Assigning" and ctx.group().target.assignment_epoch == target.assignment_epoch
     ctx.check_recovery()
+
+
+def test_a_duplicated_heartbeat_is_answered_as_a_duplicate_and_changes_nothing() -> None:
+    ctx = stable_group()
+    e = ctx.group().epoch
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="g", member_id="W1", member_epoch=e, request_sequence=ctx.next_sequence()
+    )
+    assert ctx.call("heartbeat", req).error_code == ErrorCode.NONE
+    before = ctx.durable()
+    copy = ctx.call("heartbeat", req)  # the network delivers it twice
+    assert copy.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    # An older copy -- even one whose epoch would fence the member -- is out of order, not fatal.
+    old = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="g", member_id="W1", member_epoch=e - 1, request_sequence=1
+    )
+    assert ctx.call("heartbeat", old).error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert ctx.durable() == before and "W1" in ctx.group().members

@@ -753,3 +753,17 @@ def test_every_heartbeat_carries_a_strictly_increasing_request_sequence() -> Non
     sequences.append(out.request.request_sequence)
     assert out.request.member_epoch == -1
     assert sequences == sorted(set(sequences)) and len(sequences) == 5
+
+
+def test_a_duplicate_sequence_answer_is_retried_with_a_full_request() -> None:
+    """The coordinator processed the original copy; its answer was lost and the copy's answer came
+    back: stay in the group and resynchronise."""
+    m = new_member()
+    m.join(0)
+    out = send(m, 0)
+    m.on_heartbeat_response(out.seq, response(), 0)
+    out = send(m, INTERVAL)
+    m.on_heartbeat_response(out.seq, error(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "copy"), INTERVAL)
+    assert m.state not in ("fatal", "fenced") and m.member_id == "m1"
+    out = send(m, INTERVAL * 3)
+    assert out.full and out.request.HasField("owned") and out.request.request_sequence > 2
