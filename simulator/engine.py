@@ -1229,6 +1229,12 @@ class Simulation:
         expected = all_items(group.connectors)
         if union != expected or total != len(expected):
             return f"running {union} ({total}) but the group has {expected}"
+        # No membership change is still to come: every member is a live worker (a member left by
+        # a dead incarnation, or revived by its late requests, expires later and moves work around).
+        live = {w.member_id for w in self.workers if w.up}
+        ghosts = sorted(set(group.members) - live)
+        if ghosts:
+            return f"members {ghosts} are no live worker's (they will expire)"
         return None
 
     def _check_convergence(self) -> None:
