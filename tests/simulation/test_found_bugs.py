@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
 from services.coordinator.records import MemberState as CoordMemberState
@@ -64,7 +65,10 @@ def test_an_epoch_zero_member_the_coordinator_forgot_rejoins() -> None:
     out = _send(m, 0)
     m.on_heartbeat_response(out.seq, ctx.coordinator.heartbeat(out.request, 0).response, 0)
     assert m.state == MemberState.STABLE and m.member_epoch == 0
-    impostor = ctx.heartbeat(m.member_id, 7)
+    # Another client (it sends no request_sequence) claiming the member id at a wrong epoch.
+    impostor = ctx.call(
+        "heartbeat", coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id=m.member_id, member_epoch=7)
+    )
     assert impostor.error_code == ErrorCode.FENCED_MEMBER_EPOCH
     now = ctx.coordinator.heartbeat_interval_ms(ctx.group())
     out = _send(m, now)
