@@ -62,7 +62,9 @@ ASSIGNOR_CHOICES: list[tuple[tuple[str, int, int], ...]] = [
     (("incremental-cooperative", 2, 3),),
     (("eager", 0, 0), IC),
     (("eager", 0, 0),),
+    (("incremental-cooperative", 1, 3), ("eager", 0, 0)),  # what settle() upgrades every worker to
 ]
+UNIVERSAL = ASSIGNOR_CHOICES[-1]
 SERVICE_ASSIGNORS = {"incremental-cooperative": (1, 3), "eager": (0, 0)}
 OK_CODES = (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT)
 Op = tuple[Any, ...]
@@ -313,11 +315,12 @@ class Sim:
                 self.leave(ws[args[0]], temporary=args[1])
             case "sleep":
                 self.ctx.sleep(args[0])
-            case "tick":  # time passes in a healthy cluster: every worker heartbeats, well-behaved
+            case "tick":  # time passes; the workers of the mask heartbeat, well-behaved (the others are cut off)
                 self.ctx.sleep(args[0])
                 self.self_fence()
                 for w in ws:
-                    self.heartbeat(w, "ok", ack=True, owned_mode="exact", lose=False, bump=False)
+                    if args[1] >> w.slot & 1:
+                        self.heartbeat(w, "ok", ack=True, owned_mode="exact", lose=False, bump=False)
             case "put":
                 self.ctx.put_connector(CONNECTORS[args[0]], args[1])
             case "delete":
@@ -353,10 +356,15 @@ class Sim:
         """Stop the chaos: every worker joins and behaves, the chosen one computes complete targets;
         within a few sessions the group must be Stable with every item assigned exactly once."""
         self.deferred = None
+        # Every worker is upgraded to an assignor list that covers every version in use (else the
+        # group may have no possible executor: see the xfail in test_timeouts_and_membership).
+        for w in self.workers:
+            w.assignors = UNIVERSAL
+            w.need_full = True
         for _ in range(40):
             for w in self.workers:
                 if not w.joined:
-                    self.join(w, static=False, same_id=True, assignors=ASSIGNOR_CHOICES.index(w.assignors))
+                    self.join(w, static=False, same_id=True, assignors=ASSIGNOR_CHOICES.index(UNIVERSAL))
                 else:
                     self.heartbeat(w, "ok", ack=True, owned_mode="exact", lose=False, bump=False)
             self.run_assignor("sticky", defer=False)
@@ -405,7 +413,7 @@ def check_group(g: Group) -> None:
 
 slot = st.integers(0, SLOTS - 1)
 ARGS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
-    "join": st.tuples(slot, st.booleans(), st.booleans(), st.integers(0, len(ASSIGNOR_CHOICES) - 1)),
+    "join": st.tuples(slot, st.booleans(), st.booleans(), st.integers(0, len(ASSIGNOR_CHOICES) - 2)),
     "hb": st.tuples(
         slot,
         st.sampled_from(["ok"] * 20 + ["prev", "minus", "plus"]),
@@ -422,7 +430,10 @@ ARGS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
         st.sampled_from(["rr", "rotate", "rotate", "sticky", "sticky", "hold", "invalid", "error", "stale"]),
         st.sampled_from([False, False, False, True]),
     ),
-    "tick": st.tuples(st.sampled_from([500, 2_000, 5_000, 5_000, 15_000])),
+    "tick": st.tuples(
+        st.sampled_from([500, 2_000, 5_000, 5_000, 15_000]),
+        st.one_of(st.just(2**SLOTS - 1), st.integers(0, 2**SLOTS - 1)),  # all, or some cut off
+    ),
     "finish": st.tuples(),
     "session": st.tuples(st.sampled_from([10_000, 45_000])),
     "restart": st.tuples(),
@@ -441,7 +452,7 @@ def run(ops: list[Op], initial: int = 0, service: bool = False) -> Sim:
         sim.join(sim.workers[i], static=i % 2 == 0, same_id=True)
     if initial:
         sim.run_assignor("sticky", defer=False)
-        sim.step(("tick", 100))
+        sim.step(("tick", 100, 2**SLOTS - 1))
     for op in ops:
         sim.step(op)
     sim.ctx.check_recovery()
