@@ -106,16 +106,7 @@ def build_snapshot(
             gm.instance_id = m.meta.instance_id
         spec = m.assignor(assignor_name)
         if spec is not None:
-            gm.assignor.CopyFrom(
-                common_pb2.Assignor(
-                    name=spec.name,
-                    minimum_version=spec.minimum_version,
-                    maximum_version=spec.maximum_version,
-                    reason=spec.reason,
-                    version=spec.version,
-                    metadata=spec.metadata,
-                )
-            )
+            gm.assignor.CopyFrom(spec.to_proto())
         m.owned.to_proto(gm.owned)
         group.target_of(mid).to_proto(gm.target)
     for name in sorted(group.connectors):

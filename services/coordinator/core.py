@@ -121,10 +121,7 @@ class _Sink:
 
 
 def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec, ...]:
-    return tuple(
-        AssignorSpec(a.name, a.minimum_version, a.maximum_version, a.reason, a.version, bytes(a.metadata))
-        for a in msg.assignors
-    )
+    return tuple(AssignorSpec.from_proto(a) for a in msg.assignors)
 
 
 def _session_key(gid: str, mid: str) -> tuple[str, str, str]:

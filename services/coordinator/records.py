@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from connect.coordinator.v1 import common_pb2
 from services.common.items import Items
 
 
@@ -29,6 +30,22 @@ class AssignorSpec:
     reason: int = 0
     version: int = 0
     metadata: bytes = b""
+
+    @staticmethod
+    def from_proto(msg: common_pb2.Assignor) -> AssignorSpec:
+        return AssignorSpec(
+            msg.name, msg.minimum_version, msg.maximum_version, msg.reason, msg.version, bytes(msg.metadata)
+        )
+
+    def to_proto(self) -> common_pb2.Assignor:
+        return common_pb2.Assignor(
+            name=self.name,
+            minimum_version=self.minimum_version,
+            maximum_version=self.maximum_version,
+            reason=self.reason,
+            version=self.version,
+            metadata=self.metadata,
+        )
 
 
 # ---- values -------------------------------------------------------------------------------------
