@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 
+from simulator import storage
 from simulator.engine import RunResult, run_scenario
 from simulator.planted import PLANTS, planted
 from simulator.scenario import DEFAULT_STEPS, Scenario, generate
@@ -134,6 +136,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     coverage: Counter[str] = Counter()
     convergence: list[int] = []
     if args.jobs > 1:
+        storage.base_dir()  # the workers' SQLite files go under this process's directory (removed at exit)
         pool = multiprocessing.get_context("fork").Pool(args.jobs)
         results: Iterator[SoakResult] = pool.imap_unordered(_soak_one, _jobs(args), chunksize=8)
     else:
@@ -237,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with planted(tuple(args.plant or ())):
-        code: int = args.fn(args)
+    try:
+        with planted(tuple(args.plant or ())):
+            code: int = args.fn(args)
+    except BrokenPipeError:  # e.g. piped into `head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
