@@ -195,6 +195,7 @@ class Context:
             req.url = url
         # Numbered like the worker SDK numbers its heartbeats (always newer than the last one).
         req.request_sequence = self.next_sequence()
+        self.last_request = req  # (for tests that deliver a copy again later)
         return self._apply(self.coordinator.heartbeat(req, self.now))
 
     def next_sequence(self) -> int:

@@ -2,7 +2,8 @@
 
 A small simulator drives the core through the harness: simulated workers join, heartbeat (right or
 stale epochs, acknowledging revocations or not, reporting what they own correctly, not at all, or
-too much), lose responses, leave (-1, or -2 for static members) and rejoin; time passes (sessions,
+too much), lose responses, have old requests delivered again (delayed or duplicated by the network), leave
+(-1, or -2 for static members) and rejoin; time passes (sessions,
 rebalance timeouts, held work, delayed rebalances fire); connectors come and go; the coordinator
 restarts; and whichever worker is chosen computes with a simple test assignor (round-robin,
 sticky, sticky-holding-lost-work-with-a-delay, rotating (moves work every time), invalid, assignor error, wrong epoch, or deferred so
@@ -84,6 +85,7 @@ class Worker:
     need_full: bool = False  # a response was lost: the next heartbeat is a full request
     reason: int = 0
     assignors: tuple[tuple[str, int, int], ...] = (IC,)
+    sent: list[coordinator_pb2.ConnectGroupHeartbeatRequest] = field(default_factory=list)  # recent requests
 
     def assignors_proto(self) -> Any:
         return assignors_proto(*self.assignors, reason=self.reason)
@@ -143,6 +145,7 @@ class Sim:
         w.assignors = ASSIGNOR_CHOICES[assignors]
         mid = w.member_id if same_id else ""
         r = self.ctx.heartbeat(mid, 0, instance_id=w.instance_id, assignors=w.assignors_proto(), owned=EMPTY)
+        self.sent(w)
         if r.error_code in OK_CODES:
             w.joined, w.epoch, w.prev_epoch = True, 0, 0
             self.apply(w, r)
@@ -175,6 +178,7 @@ class Sim:
             assignors=w.assignors_proto() if full else None,
             instance_id=w.instance_id,
         )
+        self.sent(w)
         g = self.group()
         after = g.members[w.member_id].current if g is not None and w.member_id in g.members else None
         if before is not None and after is not None and r.error_code in OK_CODES:
@@ -196,9 +200,21 @@ class Sim:
             return
         w.running = EMPTY  # a leaving worker stops its work first
         self.ctx.heartbeat(w.member_id, -2 if temporary else -1, instance_id=w.instance_id)
+        self.sent(w)
         self.stop(w)
         if not temporary:
             w.member_id = ""
+
+    def sent(self, w: Worker) -> None:
+        copy = coordinator_pb2.ConnectGroupHeartbeatRequest()
+        copy.CopyFrom(self.ctx.last_request)
+        w.sent = [*w.sent[-4:], copy]
+
+    def replay(self, w: Worker, age: int) -> None:
+        """The network delivers an old copy of one of the worker's requests again. Nobody waits for
+        its answer (the worker has moved on)."""
+        if w.sent:
+            self.ctx.call("heartbeat", w.sent[-1 - age % len(w.sent)])
 
     def self_fence(self) -> None:
         """A worker that got no answer for a session timeout stops its work (and must rejoin)."""
@@ -334,6 +350,8 @@ class Sim:
                 self.ctx.alter_configs(session_timeout_ms=str(args[0]))
             case "restart":
                 self.ctx.restart()
+            case "replay":
+                self.replay(ws[args[0]], args[1])
             case "delete_group":  # refused (NON_EMPTY_GROUP) unless the group has no members
                 self.ctx.call("delete_groups", admin_pb2.DeleteGroupsRequest(group_ids=["g"]))
             case _:
@@ -357,7 +375,7 @@ class Sim:
         within a few sessions the group must be Stable with every item assigned exactly once."""
         self.deferred = None
         # Every worker is upgraded to an assignor list that covers every version in use (else the
-        # group may have no possible executor: see the xfail in test_timeouts_and_membership).
+        # group may have no possible executor: test_no_worker_able_to_compute_is_reported_once...).
         for w in self.workers:
             w.assignors = UNIVERSAL
             w.need_full = True
@@ -438,8 +456,20 @@ ARGS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "session": st.tuples(st.sampled_from([10_000, 45_000])),
     "restart": st.tuples(),
     "delete_group": st.tuples(),
+    "replay": st.tuples(slot, st.integers(0, 4)),
 }
-WEIGHTS = {"hb": 35, "assign": 16, "join": 8, "sleep": 6, "tick": 10, "leave": 3, "put": 4, "delete": 2, "finish": 4}
+WEIGHTS = {
+    "hb": 35,
+    "assign": 16,
+    "join": 8,
+    "sleep": 6,
+    "tick": 10,
+    "leave": 3,
+    "put": 4,
+    "delete": 2,
+    "finish": 4,
+    "replay": 4,
+}
 KINDS = [k for k in ARGS for _ in range(WEIGHTS.get(k, 1))]
 OPS = st.sampled_from(KINDS).flatmap(lambda kind: ARGS[kind].map(lambda args: (kind, *args)))
 
