@@ -155,8 +155,10 @@ class GroupCoordinator:
     def heartbeat_interval_ms(self, group: Group) -> int:
         return self._int_config(group, HEARTBEAT_INTERVAL, self.config.heartbeat_interval_ms)
 
-    def assignment_mode(self, group: Group) -> str:
-        return self.group_configs(group)[ASSIGNMENT_MODE]
+    def assignment_mode(self, group: Group | None) -> str:
+        """The group's assignment.mode; for a group not created yet, the server default."""
+        overrides = group.configs if group is not None else {}
+        return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
 
     # ---- ConnectGroupHeartbeat -----------------------------------------------------------------
 
@@ -401,7 +403,7 @@ class GroupCoordinator:
             raise ApiError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"client_assignors: {e}") from None
         specs = [next(a for a in lst if a.name == name) for lst in all_assignors]
         low, high = min(a.minimum_version for a in specs), max(a.maximum_version for a in specs)
-        mode = self.assignment_mode(group) if group is not None else self.group_configs_default_mode()
+        mode = self.assignment_mode(group)
         if mode == MODE_SERVICE:
             assert self.service_assignors is not None
             supported = self.service_assignors.get(name)
@@ -423,9 +425,6 @@ class GroupCoordinator:
                 ErrorCode.UNSUPPORTED_ASSIGNOR,
                 f"client_assignors: no worker supports every version of '{name}' in use ({low}-{high}), so none can compute the assignment",
             )
-
-    def group_configs_default_mode(self) -> str:
-        return effective_group_configs(self.config, {}, self.service_assignors is not None)[ASSIGNMENT_MODE]
 
     def _reconcile(self, sink: _Sink, group: Group, member: Member, owned: Items | None, now: int) -> None:
         mid = member.member_id
