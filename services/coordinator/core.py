@@ -325,6 +325,7 @@ class GroupCoordinator:
                 previous_member_epoch=-1,
                 state=MemberState.UNRELEASED_ITEMS if waiting else MemberState.STABLE,
                 revoking=EMPTY,
+                request_sequence=-1,  # a new incarnation numbers its requests afresh
             )
             self._drop_member(sink, group, old)
             sink.emit(MemberMetadata(group.group_id, mid, meta))
@@ -440,6 +441,8 @@ class GroupCoordinator:
         )
         if after is before:
             return
+        if after.request_sequence != member.last_request_sequence:
+            after = replace(after, request_sequence=member.last_request_sequence)
         sink.emit(CurrentAssignment(group.group_id, mid, after))
         key = ("revocation", group.group_id, mid)
         if before.state == MemberState.UNREVOKED_ITEMS and after.state != MemberState.UNREVOKED_ITEMS:

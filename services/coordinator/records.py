@@ -104,6 +104,11 @@ class CurrentAssignmentValue:
     error: int = 0
     version: int = 0
     metadata: bytes = b""
+    # The newest request_sequence processed from the member when this record was written (-1: none).
+    # A request not newer than it is a stale copy -- also after a restart, when the volatile
+    # per-member sequence is gone: a delayed copy of a heartbeat sent before a revocation was
+    # requested can then never acknowledge it.
+    request_sequence: int = -1
 
 
 # ---- records (key fields, then value; value None = tombstone) ----------------------------------

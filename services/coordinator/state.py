@@ -65,7 +65,9 @@ class Member:
     current: CurrentAssignmentValue = NO_ASSIGNMENT
     # Volatile (not stored): when the session expires; re-armed on load.
     session_deadline_ms: int = 0
-    # Volatile: the newest request_sequence processed from this member (-1: none yet / since a restart).
+    # The newest request_sequence processed from this member (-1: none yet). Set on every request
+    # (volatile); its value when the member's assignment last changed is stored with that
+    # assignment (CurrentAssignmentValue.request_sequence) and restored by replay.
     last_request_sequence: int = -1
 
     @property
@@ -187,6 +189,8 @@ class CoordinatorState:
                 new = value if value is not None else NO_ASSIGNMENT
                 self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
                 member.current = new
+                if new.request_sequence > member.last_request_sequence:
+                    member.last_request_sequence = new.request_sequence
             case TargetMember(group_id=gid, member_id=mid, value=value):
                 group = self._group(gid)
                 if value is None:

@@ -203,11 +203,24 @@ def _assignment_params(r: CurrentAssignment) -> Params:
         "error": v.error,
         "version": v.version,
         "metadata": v.metadata,
+        "request_sequence": v.request_sequence,
     }
 
 
 def _assignment_row(row: Sequence[Any]) -> Record:
-    group_id, member_id, member_epoch, previous_member_epoch, state, assigned, revoking, error, version, metadata = row
+    (
+        group_id,
+        member_id,
+        member_epoch,
+        previous_member_epoch,
+        state,
+        assigned,
+        revoking,
+        error,
+        version,
+        metadata,
+        request_sequence,
+    ) = row
     return CurrentAssignment(
         group_id,
         member_id,
@@ -220,6 +233,7 @@ def _assignment_row(row: Sequence[Any]) -> Record:
             error=error,
             version=version,
             metadata=_bytes(metadata),
+            request_sequence=request_sequence,
         ),
     )
 

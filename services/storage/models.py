@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Index, Integer, LargeBinary, MetaData, String, Table
+from sqlalchemy import JSON, BigInteger, Index, Integer, LargeBinary, MetaData, String, Table, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only auto-assigns INTEGER PRIMARY KEY (the rowid); PostgreSQL gets a BIGSERIAL.
@@ -109,6 +109,7 @@ class MemberAssignmentRow(Base):
     error: Mapped[int] = mapped_column(Integer)
     version: Mapped[int] = mapped_column(Integer)
     metadata_: Mapped[bytes] = mapped_column("metadata", LargeBinary)
+    request_sequence: Mapped[int] = mapped_column(BigInteger, server_default=text("-1"))
 
 
 class HeldAssignmentRow(Base):

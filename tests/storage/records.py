@@ -63,6 +63,7 @@ def assignment(group_id: str, member_id: str, epoch: int = 1, *, tasks: int = 2)
             error=0,
             version=3,
             metadata=b"\x01\x02",
+            request_sequence=2**40 + epoch,  # beyond 32 bits: the column is BIGINT
         ),
     )
 

@@ -61,7 +61,32 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "env.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert migrate.head_revision() == "0001"
+    assert migrate.head_revision() == "0002"
+
+
+def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str) -> None:
+    """Rows of a database written before 0002 survive the upgrade; member assignments load with
+    request_sequence -1 (nothing known), which is how that release behaved."""
+    from dataclasses import replace
+
+    from services.coordinator.records import CurrentAssignment
+    from tests.storage.records import every_state_record
+
+    records = every_state_record()
+    with Storage(db_url) as s:
+        s.write(records)
+        with s.engine.begin() as conn:
+            migrate.downgrade(conn, "0001")  # the request_sequence column is gone
+            migrate.upgrade(conn)
+        loaded = s.load()
+    expected = [
+        replace(r, value=replace(r.value, request_sequence=-1))
+        if isinstance(r, CurrentAssignment) and r.value is not None
+        else r
+        for r in records
+    ]
+    assert any(isinstance(r, CurrentAssignment) and r.value and r.value.request_sequence > 0 for r in records)
+    assert loaded == expected
 
 
 def test_concurrent_first_opens_create_the_schema_once(db_url: str) -> None:
