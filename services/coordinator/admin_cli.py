@@ -1,7 +1,8 @@
 """`connect-groups`: the operator CLI, in the style of kafka-consumer-groups.sh.
 
     connect-groups --coordinator HOST:PORT list [--state S] [--output json]
-    connect-groups describe GROUP [GROUP...]
+    connect-groups describe GROUP [GROUP...] [--watch [--interval S]]
+    connect-groups events GROUP [--follow] [--since 10m|ISO-TIME]
     connect-groups connectors put GROUP NAME --tasks N
     connect-groups connectors delete GROUP NAME
     connect-groups configs describe GROUP
@@ -17,21 +18,18 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator import admin_views
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-
-
-def _items(msg: common_pb2.ConnectorsAndTasks) -> str:
-    parts = list(msg.connectors) + [f"{t.connector}-{t.task}" for t in msg.tasks]
-    return ",".join(parts) if parts else "-"
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
@@ -68,37 +66,15 @@ def run(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) ->
         )
         return EXIT_OK
     if args.command == "describe":
+        if args.watch:
+            return _describe_watch(args, stub)
         resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=timeout)
         failed = [g for g in resp.groups if g.error_code]
         if as_json:
             print(_as_json(resp))
         else:
-            blocks = []
-            for g in resp.groups:
-                if g.error_code:
-                    continue
-                head = (
-                    f"GROUP {g.group_id}  state={g.group_state}  group_epoch={g.group_epoch}  "
-                    f"assignment_epoch={g.assignment_epoch}  assignor={g.assignor_name or '-'}\n"
-                    f"CONNECTORS {', '.join(f'{c.name}({c.task_count} tasks)' for c in g.connectors) or '-'}"
-                )
-                rows = [
-                    (
-                        m.member_id,
-                        m.instance_id or "-",
-                        m.member_epoch,
-                        m.member_state,
-                        _items(m.assignment),
-                        _items(m.target_assignment),
-                        _items(m.pending),
-                    )
-                    for m in g.members
-                ]
-                blocks.append(
-                    head
-                    + "\n"
-                    + _table(rows, ["MEMBER", "INSTANCE", "EPOCH", "STATE", "ASSIGNED", "TARGET", "PENDING"])
-                )
+            now_ms = int(time.time() * 1000)
+            blocks = [admin_views.render_group(g, now_ms) for g in resp.groups if not g.error_code]
             if blocks:
                 print("\n\n".join(blocks))
         for g in failed:
@@ -143,7 +119,72 @@ def run(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) ->
             return _error(resp.error_code, resp.error_message)
         print(_as_json(resp) if as_json else "ok")
         return EXIT_OK
+    if args.command == "events":
+        return _events(args, stub)
     raise AssertionError(args.command)
+
+
+def _events(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    """The group's event log, one line per event (JSON Lines with --output json); with --follow,
+    keep polling for new events until Ctrl-C."""
+    as_json = args.output == "json"
+    req = admin_pb2.ListGroupEventsRequest(group_id=args.group, max_events=1000)
+    if args.since:
+        try:
+            req.since_ms = admin_views.parse_since(args.since, int(time.time() * 1000))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    if not as_json:
+        print(admin_views.EVENT_HEADER, flush=True)
+    try:
+        while True:
+            resp = stub.ListGroupEvents(req, timeout=args.timeout)
+            if resp.error_code:
+                return _error(resp.error_code, resp.error_message)
+            for event in resp.events:
+                print(json.dumps(admin_views.event_as_dict(event)) if as_json else admin_views.format_event(event))
+            sys.stdout.flush()
+            req.after_event_id = resp.next_event_id
+            if len(resp.events) < req.max_events:
+                if not args.follow:
+                    return EXIT_OK
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _describe_watch(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    def snapshot() -> Callable[[int | None], str]:
+        try:
+            resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=args.timeout)
+        except grpc.RpcError as e:
+            text = f"(coordinator at {args.coordinator} not reachable: {e.code().name})"
+            return lambda _now: text
+
+        def render(now_ms: int | None) -> str:
+            blocks = []
+            for g in resp.groups:
+                if g.error_code:
+                    name = ErrorCode.Name(g.error_code) if g.error_code in ErrorCode.values() else str(g.error_code)
+                    blocks.append(f"GROUP {g.group_id}: {name}: {g.error_message}")
+                else:
+                    blocks.append(admin_views.render_group(g, now_ms))
+            return "\n\n".join(blocks)
+
+        return render
+
+    return admin_views.watch(snapshot, args.interval)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got '{text}'")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--type", action="append", help="only groups of this type (repeatable)")
     d = sub.add_parser("describe", help="describe groups: epochs, members, current/target/pending items")
     d.add_argument("groups", nargs="+")
+    d.add_argument("--watch", action="store_true", help="refresh until Ctrl-C, highlighting what changed")
+    d.add_argument("--interval", type=_positive, default=2.0, metavar="S", help="seconds between refreshes (--watch)")
+    ev = sub.add_parser("events", help="the group's rebalance event log, one line per event")
+    ev.add_argument("group")
+    ev.add_argument("--follow", "-f", action="store_true", help="keep printing new events until Ctrl-C")
+    ev.add_argument("--since", metavar="TIME", help="only events since TIME: a duration (30s, 10m, 2h) or ISO time")
+    ev.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="seconds between polls (--follow)")
     c = sub.add_parser("connectors", help="put or delete a connector")
     csub = c.add_subparsers(dest="action", required=True)
     put = csub.add_parser("put")

@@ -21,7 +21,7 @@ from typing import Any
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
-from services.coordinator import validation
+from services.coordinator import explain, validation
 from services.coordinator.assignment import (
     SERVICE_EXECUTOR,
     AssignorSelectionError,
@@ -46,6 +46,7 @@ from services.coordinator.config import (
     validate_group_configs,
 )
 from services.coordinator.errors import ApiError, invalid
+from services.coordinator.explain import SERVICE_LABEL
 from services.coordinator.reconciliation import next_assignment
 from services.coordinator.records import (
     AssignorSpec,
@@ -195,7 +196,8 @@ class GroupCoordinator:
                     raise ApiError(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"instance_id '{instance_id}' is still used by member '{holder_id}'; "
-                        "it must leave (member_epoch -2) or its session expire first",
+                        "it must leave (member_epoch -2) or its session expire first (in at most "
+                        f"{max(0, holder.session_deadline_ms - now + 999) // 1000} s)",
                     )
                 replacing = holder
             elif holder_id is not None and joining and group.members[holder_id].member_epoch == STATIC_LEAVE_EPOCH:
@@ -451,6 +453,7 @@ class GroupCoordinator:
         if after.state == MemberState.UNREVOKED_ITEMS and after.revoking != before.revoking:
             sink.event(group, EventType.REVOCATION_REQUESTED, mid, after.member_epoch, items=len(after.revoking))
             self.timer.schedule(key, now + member.meta.rebalance_timeout_ms)
+            member.revoking_since_ms = now
         if after.member_epoch != before.member_epoch:
             sink.event(group, EventType.MEMBER_EPOCH_ADVANCED, mid, after.member_epoch, previous=before.member_epoch)
         gained = after.assigned - before.assigned
@@ -642,6 +645,7 @@ class GroupCoordinator:
                 # Said once per epoch: the group stays Assigning until a member able to compute joins.
                 if group.unassignable_epoch != group.epoch:
                     group.unassignable_epoch = group.epoch
+                    group.last_assignment_error = ("", f"no worker supports every version of '{name}' in use", now)
                     sink.event(
                         group,
                         EventType.ASSIGNMENT_FAILED,
@@ -686,6 +690,7 @@ class GroupCoordinator:
         sink.event(
             group, EventType.ASSIGNMENT_FAILED, inflight.executor, executor=inflight.executor or "service", reason=why
         )
+        group.last_assignment_error = (inflight.executor or SERVICE_LABEL, why, now)
         if backoff:
             delay = min(
                 self.config.assignment_retry_backoff_ms * 2 ** min(group.assignment_failures - 1, 16),
@@ -1031,6 +1036,8 @@ class GroupCoordinator:
                 m.owned.to_proto(dm.assignment)
                 group.target_of(mid).to_proto(dm.target_assignment)
                 group.pending_of(m).to_proto(dm.pending)
+                explain.describe_member(dm, group, m, self.timer)
+            explain.describe_group(described, group, self.timer)
         return response
 
     def describe_configs(self, req: admin_pb2.DescribeConfigsRequest) -> admin_pb2.DescribeConfigsResponse:
@@ -1073,6 +1080,7 @@ class GroupCoordinator:
                 self.timer.schedule(_session_key(group.group_id, mid), m.session_deadline_ms)
                 if m.current.state == MemberState.UNREVOKED_ITEMS:
                     self.timer.schedule(("revocation", group.group_id, mid), now_ms + m.meta.rebalance_timeout_ms)
+                    m.revoking_since_ms = now_ms
             for mid in group.held:
                 self.timer.schedule(("held", group.group_id, mid), now_ms + session)
             if group.target.scheduled_rebalance_ms:

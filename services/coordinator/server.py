@@ -20,6 +20,7 @@ from prometheus_client import start_http_server
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.events import list_group_events
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
 log = logging.getLogger("connect.coordinator")
@@ -150,6 +151,11 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                 return resp
 
         return await self._call("DeleteGroups", admin_pb2.DeleteGroupsResponse, run, _first_group_error)
+
+    async def ListGroupEvents(self, request: Any, context: Any) -> Any:
+        return await self._call(
+            "ListGroupEvents", admin_pb2.ListGroupEventsResponse, lambda: list_group_events(self.runtime, request)
+        )
 
 
 def split_address(address: str) -> tuple[str, int]:

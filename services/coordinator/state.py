@@ -69,6 +69,8 @@ class Member:
     # (volatile); its value when the member's assignment last changed is stored with that
     # assignment (CurrentAssignmentValue.request_sequence) and restored by replay.
     last_request_sequence: int = -1
+    # Volatile: when the revocation in progress was requested (after a restart: the restart time).
+    revoking_since_ms: int = 0
 
     @property
     def member_epoch(self) -> int:
@@ -105,6 +107,8 @@ class Group:
     last_executor: str = ""
     unassignable_epoch: int = -1
     failed_executors: set[str] = field(default_factory=set)
+    # Volatile: the last failed assignment (executor, why, when), for DescribeGroups; None: none since start.
+    last_assignment_error: tuple[str, str, int] | None = None
 
     @property
     def epoch(self) -> int:

@@ -385,13 +385,16 @@ class Storage:
         return [record for gid in sorted(by_group) for record in by_group[gid]]
 
     def read_events(
-        self, group_id: str | None = None, since_id: int = 0, limit: int | None = None
+        self, group_id: str | None = None, since_id: int = 0, limit: int | None = None, since_ms: int | None = None
     ) -> list[StoredEvent]:
-        """Rebalance events with id > since_id (of one group, if given), oldest first."""
+        """Rebalance events with id > since_id (of one group, if given; at or after since_ms, if
+        given), oldest first."""
         table = models.EVENTS_TABLE
         stmt = select(table).where(table.c.id > since_id).order_by(table.c.id)
         if group_id is not None:
             stmt = stmt.where(table.c.group_id == group_id)
+        if since_ms is not None:
+            stmt = stmt.where(table.c.time_ms >= since_ms)
         if limit is not None:
             stmt = stmt.limit(limit)
         try:

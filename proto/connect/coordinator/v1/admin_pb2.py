@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from connect.coordinator.v1 import common_pb2 as connect_dot_coordinator_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"connect/coordinator/v1/admin.proto\x12\x16\x63onnect.coordinator.v1\x1a#connect/coordinator/v1/common.proto\"@\n\x11ListGroupsRequest\x12\x15\n\rstates_filter\x18\x01 \x03(\t\x12\x14\n\x0ctypes_filter\x18\x02 \x03(\t\"H\n\x0bListedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x13\n\x0bgroup_state\x18\x02 \x01(\t\x12\x12\n\ngroup_type\x18\x03 \x01(\t\"\x80\x01\n\x12ListGroupsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x33\n\x06groups\x18\x02 \x03(\x0b\x32#.connect.coordinator.v1.ListedGroup\"*\n\x15\x44\x65scribeGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"\xc9\x02\n\x0f\x44\x65scribedMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x11\n\tclient_id\x18\x04 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x05 \x01(\x05\x12\x14\n\x0cmember_state\x18\x06 \x01(\t\x12>\n\nassignment\x18\x07 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\x45\n\x11target_assignment\x18\x08 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12;\n\x07pending\x18\t \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\"\xd4\x02\n\x0e\x44\x65scribedGroup\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x12\n\ngroup_type\x18\x04 \x01(\t\x12\x13\n\x0bgroup_state\x18\x05 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x06 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x07 \x01(\x05\x12\x15\n\rassignor_name\x18\x08 \x01(\t\x12\x39\n\nconnectors\x18\t \x03(\x0b\x32%.connect.coordinator.v1.ConnectorSpec\x12\x38\n\x07members\x18\n \x03(\x0b\x32\'.connect.coordinator.v1.DescribedMember\"P\n\x16\x44\x65scribeGroupsResponse\x12\x36\n\x06groups\x18\x01 \x03(\x0b\x32&.connect.coordinator.v1.DescribedGroup\"N\n\x13PutConnectorRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tconnector\x18\x02 \x01(\t\x12\x12\n\ntask_count\x18\x03 \x01(\x05\"y\n\x14PutConnectorResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\"=\n\x16\x44\x65leteConnectorRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tconnector\x18\x02 \x01(\t\"|\n\x17\x44\x65leteConnectorResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\":\n\x0b\x43onfigEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\"*\n\x16\x44\x65scribeConfigsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\"\x9d\x01\n\x17\x44\x65scribeConfigsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x34\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32#.connect.coordinator.v1.ConfigEntry\"i\n\x13\x41lterConfigsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x30\n\x03set\x18\x02 \x03(\x0b\x32#.connect.coordinator.v1.ConfigEntry\x12\x0e\n\x06\x64\x65lete\x18\x03 \x03(\t\"d\n\x14\x41lterConfigsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"(\n\x13\x44\x65leteGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"s\n\x11\x44\x65leteGroupResult\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x35\n\nerror_code\x18\x02 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\"R\n\x14\x44\x65leteGroupsResponse\x12:\n\x07results\x18\x01 \x03(\x0b\x32).connect.coordinator.v1.DeleteGroupResult2\x92\x06\n\x11\x43onnectGroupAdmin\x12\x63\n\nListGroups\x12).connect.coordinator.v1.ListGroupsRequest\x1a*.connect.coordinator.v1.ListGroupsResponse\x12o\n\x0e\x44\x65scribeGroups\x12-.connect.coordinator.v1.DescribeGroupsRequest\x1a..connect.coordinator.v1.DescribeGroupsResponse\x12i\n\x0cPutConnector\x12+.connect.coordinator.v1.PutConnectorRequest\x1a,.connect.coordinator.v1.PutConnectorResponse\x12r\n\x0f\x44\x65leteConnector\x12..connect.coordinator.v1.DeleteConnectorRequest\x1a/.connect.coordinator.v1.DeleteConnectorResponse\x12r\n\x0f\x44\x65scribeConfigs\x12..connect.coordinator.v1.DescribeConfigsRequest\x1a/.connect.coordinator.v1.DescribeConfigsResponse\x12i\n\x0c\x41lterConfigs\x12+.connect.coordinator.v1.AlterConfigsRequest\x1a,.connect.coordinator.v1.AlterConfigsResponse\x12i\n\x0c\x44\x65leteGroups\x12+.connect.coordinator.v1.DeleteGroupsRequest\x1a,.connect.coordinator.v1.DeleteGroupsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"connect/coordinator/v1/admin.proto\x12\x16\x63onnect.coordinator.v1\x1a#connect/coordinator/v1/common.proto\"@\n\x11ListGroupsRequest\x12\x15\n\rstates_filter\x18\x01 \x03(\t\x12\x14\n\x0ctypes_filter\x18\x02 \x03(\t\"H\n\x0bListedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x13\n\x0bgroup_state\x18\x02 \x01(\t\x12\x12\n\ngroup_type\x18\x03 \x01(\t\"\x80\x01\n\x12ListGroupsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x33\n\x06groups\x18\x02 \x03(\x0b\x32#.connect.coordinator.v1.ListedGroup\"*\n\x15\x44\x65scribeGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"\x9e\x04\n\x0f\x44\x65scribedMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x11\n\tclient_id\x18\x04 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x05 \x01(\x05\x12\x14\n\x0cmember_state\x18\x06 \x01(\t\x12>\n\nassignment\x18\x07 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\x45\n\x11target_assignment\x18\x08 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12;\n\x07pending\x18\t \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12<\n\x08revoking\x18\n \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\x19\n\x11revoking_since_ms\x18\x0b \x01(\x03\x12\x1e\n\x16revocation_deadline_ms\x18\x0c \x01(\x03\x12>\n\x0fpending_holders\x18\r \x03(\x0b\x32%.connect.coordinator.v1.PendingHolder\x12\x1a\n\x12session_expires_ms\x18\x0e \x01(\x03\"m\n\rPendingHolder\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x02 \x01(\x08\x12\x39\n\x05items\x18\x03 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\"\x90\x01\n\tHeldItems\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x13\n\x0binstance_id\x18\x03 \x01(\t\x12\x39\n\x05items\x18\x04 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\x10\n\x08until_ms\x18\x05 \x01(\x03\"O\n\x12\x41ssignmentInFlight\x12\x10\n\x08\x65xecutor\x18\x01 \x01(\t\x12\x12\n\nstarted_ms\x18\x02 \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\x03\"E\n\x0f\x41ssignmentError\x12\x10\n\x08\x65xecutor\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07time_ms\x18\x03 \x01(\x03\"\xb7\x04\n\x0e\x44\x65scribedGroup\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x12\n\ngroup_type\x18\x04 \x01(\t\x12\x13\n\x0bgroup_state\x18\x05 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x06 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x07 \x01(\x05\x12\x15\n\rassignor_name\x18\x08 \x01(\t\x12\x39\n\nconnectors\x18\t \x03(\x0b\x32%.connect.coordinator.v1.ConnectorSpec\x12\x38\n\x07members\x18\n \x03(\x0b\x32\'.connect.coordinator.v1.DescribedMember\x12/\n\x04held\x18\x0b \x03(\x0b\x32!.connect.coordinator.v1.HeldItems\x12H\n\x14\x61ssignment_in_flight\x18\x0c \x01(\x0b\x32*.connect.coordinator.v1.AssignmentInFlight\x12\x46\n\x15last_assignment_error\x18\r \x01(\x0b\x32\'.connect.coordinator.v1.AssignmentError\x12\x1e\n\x16scheduled_rebalance_ms\x18\x0e \x01(\x03\"P\n\x16\x44\x65scribeGroupsResponse\x12\x36\n\x06groups\x18\x01 \x03(\x0b\x32&.connect.coordinator.v1.DescribedGroup\"N\n\x13PutConnectorRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tconnector\x18\x02 \x01(\t\x12\x12\n\ntask_count\x18\x03 \x01(\x05\"y\n\x14PutConnectorResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\"=\n\x16\x44\x65leteConnectorRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tconnector\x18\x02 \x01(\t\"|\n\x17\x44\x65leteConnectorResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\":\n\x0b\x43onfigEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\"*\n\x16\x44\x65scribeConfigsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\"\x9d\x01\n\x17\x44\x65scribeConfigsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x34\n\x07\x63onfigs\x18\x03 \x03(\x0b\x32#.connect.coordinator.v1.ConfigEntry\"i\n\x13\x41lterConfigsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x30\n\x03set\x18\x02 \x03(\x0b\x32#.connect.coordinator.v1.ConfigEntry\x12\x0e\n\x06\x64\x65lete\x18\x03 \x03(\t\"d\n\x14\x41lterConfigsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\"(\n\x13\x44\x65leteGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"s\n\x11\x44\x65leteGroupResult\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x35\n\nerror_code\x18\x02 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\"R\n\x14\x44\x65leteGroupsResponse\x12:\n\x07results\x18\x01 \x03(\x0b\x32).connect.coordinator.v1.DeleteGroupResult\"z\n\x16ListGroupEventsRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\x12\x15\n\x08since_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nmax_events\x18\x04 \x01(\x05\x42\x0b\n\t_since_ms\"\xac\x01\n\nGroupEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x0f\n\x07time_ms\x18\x02 \x01(\x03\x12\r\n\x05\x65vent\x18\x03 \x01(\t\x12\x11\n\tmember_id\x18\x04 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x05 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x06 \x01(\x05\x12\x14\n\x0cmember_epoch\x18\x07 \x01(\x05\x12\x14\n\x0c\x64\x65tails_json\x18\x08 \x01(\t\"\xb2\x01\n\x17ListGroupEventsResponse\x12\x35\n\nerror_code\x18\x01 \x01(\x0e\x32!.connect.coordinator.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x32\n\x06\x65vents\x18\x03 \x03(\x0b\x32\".connect.coordinator.v1.GroupEvent\x12\x15\n\rnext_event_id\x18\x04 \x01(\x03\x32\x86\x07\n\x11\x43onnectGroupAdmin\x12\x63\n\nListGroups\x12).connect.coordinator.v1.ListGroupsRequest\x1a*.connect.coordinator.v1.ListGroupsResponse\x12o\n\x0e\x44\x65scribeGroups\x12-.connect.coordinator.v1.DescribeGroupsRequest\x1a..connect.coordinator.v1.DescribeGroupsResponse\x12i\n\x0cPutConnector\x12+.connect.coordinator.v1.PutConnectorRequest\x1a,.connect.coordinator.v1.PutConnectorResponse\x12r\n\x0f\x44\x65leteConnector\x12..connect.coordinator.v1.DeleteConnectorRequest\x1a/.connect.coordinator.v1.DeleteConnectorResponse\x12r\n\x0f\x44\x65scribeConfigs\x12..connect.coordinator.v1.DescribeConfigsRequest\x1a/.connect.coordinator.v1.DescribeConfigsResponse\x12i\n\x0c\x41lterConfigs\x12+.connect.coordinator.v1.AlterConfigsRequest\x1a,.connect.coordinator.v1.AlterConfigsResponse\x12i\n\x0c\x44\x65leteGroups\x12+.connect.coordinator.v1.DeleteGroupsRequest\x1a,.connect.coordinator.v1.DeleteGroupsResponse\x12r\n\x0fListGroupEvents\x12..connect.coordinator.v1.ListGroupEventsRequest\x1a/.connect.coordinator.v1.ListGroupEventsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,35 +41,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBEGROUPSREQUEST']._serialized_start=370
   _globals['_DESCRIBEGROUPSREQUEST']._serialized_end=412
   _globals['_DESCRIBEDMEMBER']._serialized_start=415
-  _globals['_DESCRIBEDMEMBER']._serialized_end=744
-  _globals['_DESCRIBEDGROUP']._serialized_start=747
-  _globals['_DESCRIBEDGROUP']._serialized_end=1087
-  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_start=1089
-  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_end=1169
-  _globals['_PUTCONNECTORREQUEST']._serialized_start=1171
-  _globals['_PUTCONNECTORREQUEST']._serialized_end=1249
-  _globals['_PUTCONNECTORRESPONSE']._serialized_start=1251
-  _globals['_PUTCONNECTORRESPONSE']._serialized_end=1372
-  _globals['_DELETECONNECTORREQUEST']._serialized_start=1374
-  _globals['_DELETECONNECTORREQUEST']._serialized_end=1435
-  _globals['_DELETECONNECTORRESPONSE']._serialized_start=1437
-  _globals['_DELETECONNECTORRESPONSE']._serialized_end=1561
-  _globals['_CONFIGENTRY']._serialized_start=1563
-  _globals['_CONFIGENTRY']._serialized_end=1621
-  _globals['_DESCRIBECONFIGSREQUEST']._serialized_start=1623
-  _globals['_DESCRIBECONFIGSREQUEST']._serialized_end=1665
-  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_start=1668
-  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_end=1825
-  _globals['_ALTERCONFIGSREQUEST']._serialized_start=1827
-  _globals['_ALTERCONFIGSREQUEST']._serialized_end=1932
-  _globals['_ALTERCONFIGSRESPONSE']._serialized_start=1934
-  _globals['_ALTERCONFIGSRESPONSE']._serialized_end=2034
-  _globals['_DELETEGROUPSREQUEST']._serialized_start=2036
-  _globals['_DELETEGROUPSREQUEST']._serialized_end=2076
-  _globals['_DELETEGROUPRESULT']._serialized_start=2078
-  _globals['_DELETEGROUPRESULT']._serialized_end=2193
-  _globals['_DELETEGROUPSRESPONSE']._serialized_start=2195
-  _globals['_DELETEGROUPSRESPONSE']._serialized_end=2277
-  _globals['_CONNECTGROUPADMIN']._serialized_start=2280
-  _globals['_CONNECTGROUPADMIN']._serialized_end=3066
+  _globals['_DESCRIBEDMEMBER']._serialized_end=957
+  _globals['_PENDINGHOLDER']._serialized_start=959
+  _globals['_PENDINGHOLDER']._serialized_end=1068
+  _globals['_HELDITEMS']._serialized_start=1071
+  _globals['_HELDITEMS']._serialized_end=1215
+  _globals['_ASSIGNMENTINFLIGHT']._serialized_start=1217
+  _globals['_ASSIGNMENTINFLIGHT']._serialized_end=1296
+  _globals['_ASSIGNMENTERROR']._serialized_start=1298
+  _globals['_ASSIGNMENTERROR']._serialized_end=1367
+  _globals['_DESCRIBEDGROUP']._serialized_start=1370
+  _globals['_DESCRIBEDGROUP']._serialized_end=1937
+  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_start=1939
+  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_end=2019
+  _globals['_PUTCONNECTORREQUEST']._serialized_start=2021
+  _globals['_PUTCONNECTORREQUEST']._serialized_end=2099
+  _globals['_PUTCONNECTORRESPONSE']._serialized_start=2101
+  _globals['_PUTCONNECTORRESPONSE']._serialized_end=2222
+  _globals['_DELETECONNECTORREQUEST']._serialized_start=2224
+  _globals['_DELETECONNECTORREQUEST']._serialized_end=2285
+  _globals['_DELETECONNECTORRESPONSE']._serialized_start=2287
+  _globals['_DELETECONNECTORRESPONSE']._serialized_end=2411
+  _globals['_CONFIGENTRY']._serialized_start=2413
+  _globals['_CONFIGENTRY']._serialized_end=2471
+  _globals['_DESCRIBECONFIGSREQUEST']._serialized_start=2473
+  _globals['_DESCRIBECONFIGSREQUEST']._serialized_end=2515
+  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_start=2518
+  _globals['_DESCRIBECONFIGSRESPONSE']._serialized_end=2675
+  _globals['_ALTERCONFIGSREQUEST']._serialized_start=2677
+  _globals['_ALTERCONFIGSREQUEST']._serialized_end=2782
+  _globals['_ALTERCONFIGSRESPONSE']._serialized_start=2784
+  _globals['_ALTERCONFIGSRESPONSE']._serialized_end=2884
+  _globals['_DELETEGROUPSREQUEST']._serialized_start=2886
+  _globals['_DELETEGROUPSREQUEST']._serialized_end=2926
+  _globals['_DELETEGROUPRESULT']._serialized_start=2928
+  _globals['_DELETEGROUPRESULT']._serialized_end=3043
+  _globals['_DELETEGROUPSRESPONSE']._serialized_start=3045
+  _globals['_DELETEGROUPSRESPONSE']._serialized_end=3127
+  _globals['_LISTGROUPEVENTSREQUEST']._serialized_start=3129
+  _globals['_LISTGROUPEVENTSREQUEST']._serialized_end=3251
+  _globals['_GROUPEVENT']._serialized_start=3254
+  _globals['_GROUPEVENT']._serialized_end=3426
+  _globals['_LISTGROUPEVENTSRESPONSE']._serialized_start=3429
+  _globals['_LISTGROUPEVENTSRESPONSE']._serialized_end=3607
+  _globals['_CONNECTGROUPADMIN']._serialized_start=3610
+  _globals['_CONNECTGROUPADMIN']._serialized_end=4512
 # @@protoc_insertion_point(module_scope)

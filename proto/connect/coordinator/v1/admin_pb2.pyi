@@ -40,7 +40,7 @@ class DescribeGroupsRequest(_message.Message):
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending")
+    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,11 @@ class DescribedMember(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    REVOKING_FIELD_NUMBER: _ClassVar[int]
+    REVOKING_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    REVOCATION_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     url: str
@@ -59,10 +64,59 @@ class DescribedMember(_message.Message):
     assignment: _common_pb2.ConnectorsAndTasks
     target_assignment: _common_pb2.ConnectorsAndTasks
     pending: _common_pb2.ConnectorsAndTasks
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ...) -> None: ...
+    revoking: _common_pb2.ConnectorsAndTasks
+    revoking_since_ms: int
+    revocation_deadline_ms: int
+    pending_holders: _containers.RepeatedCompositeFieldContainer[PendingHolder]
+    session_expires_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking_since_ms: _Optional[int] = ..., revocation_deadline_ms: _Optional[int] = ..., pending_holders: _Optional[_Iterable[_Union[PendingHolder, _Mapping]]] = ..., session_expires_ms: _Optional[int] = ...) -> None: ...
+
+class PendingHolder(_message.Message):
+    __slots__ = ("member_id", "fenced", "items")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    fenced: bool
+    items: _common_pb2.ConnectorsAndTasks
+    def __init__(self, member_id: _Optional[str] = ..., fenced: _Optional[bool] = ..., items: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ...) -> None: ...
+
+class HeldItems(_message.Message):
+    __slots__ = ("reason", "member_id", "instance_id", "items", "until_ms")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    member_id: str
+    instance_id: str
+    items: _common_pb2.ConnectorsAndTasks
+    until_ms: int
+    def __init__(self, reason: _Optional[str] = ..., member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., items: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., until_ms: _Optional[int] = ...) -> None: ...
+
+class AssignmentInFlight(_message.Message):
+    __slots__ = ("executor", "started_ms", "deadline_ms")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    executor: str
+    started_ms: int
+    deadline_ms: int
+    def __init__(self, executor: _Optional[str] = ..., started_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class AssignmentError(_message.Message):
+    __slots__ = ("executor", "message", "time_ms")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    executor: str
+    message: str
+    time_ms: int
+    def __init__(self, executor: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +127,10 @@ class DescribedGroup(_message.Message):
     ASSIGNOR_NAME_FIELD_NUMBER: _ClassVar[int]
     CONNECTORS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ASSIGNMENT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_REBALANCE_MS_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -83,7 +141,11 @@ class DescribedGroup(_message.Message):
     assignor_name: str
     connectors: _containers.RepeatedCompositeFieldContainer[_common_pb2.ConnectorSpec]
     members: _containers.RepeatedCompositeFieldContainer[DescribedMember]
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ...) -> None: ...
+    held: _containers.RepeatedCompositeFieldContainer[HeldItems]
+    assignment_in_flight: AssignmentInFlight
+    last_assignment_error: AssignmentError
+    scheduled_rebalance_ms: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
@@ -194,3 +256,47 @@ class DeleteGroupsResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[DeleteGroupResult]
     def __init__(self, results: _Optional[_Iterable[_Union[DeleteGroupResult, _Mapping]]] = ...) -> None: ...
+
+class ListGroupEventsRequest(_message.Message):
+    __slots__ = ("group_id", "after_event_id", "since_ms", "max_events")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    after_event_id: int
+    since_ms: int
+    max_events: int
+    def __init__(self, group_id: _Optional[str] = ..., after_event_id: _Optional[int] = ..., since_ms: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+
+class GroupEvent(_message.Message):
+    __slots__ = ("event_id", "time_ms", "event", "member_id", "group_epoch", "assignment_epoch", "member_epoch", "details_json")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    time_ms: int
+    event: str
+    member_id: str
+    group_epoch: int
+    assignment_epoch: int
+    member_epoch: int
+    details_json: str
+    def __init__(self, event_id: _Optional[int] = ..., time_ms: _Optional[int] = ..., event: _Optional[str] = ..., member_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., member_epoch: _Optional[int] = ..., details_json: _Optional[str] = ...) -> None: ...
+
+class ListGroupEventsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "events", "next_event_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    events: _containers.RepeatedCompositeFieldContainer[GroupEvent]
+    next_event_id: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., events: _Optional[_Iterable[_Union[GroupEvent, _Mapping]]] = ..., next_event_id: _Optional[int] = ...) -> None: ...

@@ -70,6 +70,11 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.ListGroupEvents = channel.unary_unary(
+                '/connect.coordinator.v1.ConnectGroupAdmin/ListGroupEvents',
+                request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -119,6 +124,13 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroupEvents(self, request, context):
+        """The group's rebalance event log, oldest first, paged by event id; only durable events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +168,11 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'ListGroupEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroupEvents,
+                    request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.FromString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -348,6 +365,33 @@ class ConnectGroupAdmin:
             '/connect.coordinator.v1.ConnectGroupAdmin/DeleteGroups',
             connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsRequest.SerializeToString,
             connect_dot_coordinator_dot_v1_dot_admin__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroupEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.coordinator.v1.ConnectGroupAdmin/ListGroupEvents',
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
