@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
+from services.coordinator import admin_views  # noqa: E402
 
 GROUP = "connect-demo"
 CONNECTORS = {"orders-sink": 4, "inventory-source": 2}
 DEMO_SETTINGS = {
     "group.connect.min.session.timeout.ms": "3000",
     "group.connect.session.timeout.ms": "6000",
+    # After an unclean stop, static workers wait for their previous incarnations' sessions, which a
+    # restarted coordinator counts at the maximum: keep that short in the demo.
+    "group.connect.max.session.timeout.ms": "10000",
     "group.connect.min.heartbeat.interval.ms": "500",
     "group.connect.heartbeat.interval.ms": "1000",
 }
@@ -44,15 +50,43 @@ DEMO_DELAY_MS = 10_000
 BIN = Path(sys.executable).parent
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    """Run in the child between fork and exec: ask the kernel for SIGTERM when the stack's process
+    dies, however it dies (SIGKILL included), so no child ever outlives it. The stack may have died
+    before the request was made: then the child is already orphaned and stops at once."""
+
+    def setup() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
+
+
 class Proc:
-    """A child process; its output goes to a log file, one line of it is awaited at start."""
+    """A child process; its output goes to a log file, one line of it is awaited at start.
+
+    Children run in their own session (a Ctrl-C in the terminal reaches only the stack, which then
+    stops them in order) and get SIGTERM from the kernel if the stack dies without doing so."""
 
     def __init__(self, name: str, cmd: list[str], log_dir: Path, marker: str | None) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = self.log_path.open("a")
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT, start_new_session=True
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            cwd=ROOT,
+            start_new_session=True,
+            # With threads about: safe enough, the hook only calls prctl, getppid and kill.
+            preexec_fn=_die_with(os.getpid()),
         )
         self.address = ""
         if marker:
@@ -83,6 +117,32 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
             return self.proc.wait(5)
+
+
+def worker_reasons(g: admin_pb2.DescribedGroup, statuses: dict[str, dict[str, Any]], now_ms: int) -> list[str]:
+    """The live view's reasons: the coordinator's (as `connect-groups describe` shows them), named
+    by worker, and what each worker's own last error says."""
+
+    def name(m: admin_pb2.DescribedMember) -> str:
+        return m.instance_id or m.member_id
+
+    lines = [f"  group: {r}" for r in admin_views.group_reasons(g, now_ms)]
+    for m in sorted(g.members, key=name):
+        lines += [f"  {name(m)}: {r}" for r in admin_views.member_reasons(m, now_ms)]
+    by_instance = {m.instance_id: m for m in g.members}
+    for worker in sorted(statuses):
+        error = statuses[worker].get("last_error") or {}
+        code = error.get("code")
+        if code == "UNRELEASED_INSTANCE_ID":
+            previous = by_instance.get(worker)
+            wait = max(0, -(-(previous.session_expires_ms - now_ms) // 1000)) if previous is not None else None
+            lines.append(
+                f"  {worker}: waiting for its previous incarnation's session to expire"
+                + (f" (up to {wait} s)" if wait is not None else "")
+            )
+        elif code:
+            lines.append(f"  {worker}: last heartbeat failed: {code} {error.get('message', '')}".rstrip())
+    return lines
 
 
 class Stack:
@@ -183,19 +243,25 @@ class Stack:
     def describe(self) -> admin_pb2.DescribedGroup:
         return self.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[GROUP]), timeout=5).groups[0]
 
-    def running(self) -> dict[str, Items]:
-        """What each live worker process says it runs (its own view, from its status file)."""
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Each live worker process's own account (its status file)."""
         out = {}
         for name, proc in self.workers.items():
             path = self.run_dir / f"{name}.json"
             if proc.proc.poll() is None and path.exists():
                 with contextlib.suppress(ValueError, OSError):
-                    out[name] = Items.from_json(json.loads(path.read_text())["running"])
+                    out[name] = json.loads(path.read_text())
         return out
+
+    def running(self, statuses: dict[str, dict[str, Any]] | None = None) -> dict[str, Items]:
+        """What each live worker process says it runs (its own view, from its status file)."""
+        statuses = self.statuses() if statuses is None else statuses
+        return {name: Items.from_json(s.get("running")) for name, s in statuses.items()}
 
     def render(self) -> tuple[str, bool]:
         g = self.describe()
-        running = self.running()
+        statuses = self.statuses()
+        running = self.running(statuses)
         owner: dict[Any, str] = {}
         doubles = []
         for name, items in running.items():
@@ -221,6 +287,9 @@ class Stack:
                 lines.append(
                     f"{m.member_id:<38} {name:<10} {m.member_epoch:>5}  {m.member_state:<16} {runs:<40} {Items.from_proto(m.pending)}"
                 )
+        why = worker_reasons(g, statuses, int(time.time() * 1000))
+        if why:
+            lines += ["", "WHY", *why]
         lines.append("")
         lines.append(
             "!! RUNS TWICE: " + "; ".join(doubles)

@@ -187,6 +187,7 @@ class ConnectWorkerClient:
             "assigned": m.assigned.to_json(),
             "pending": m.pending.to_json(),
             "fatal_error": list(m.fatal_error) if m.fatal_error else None,
+            "last_error": {"code": m.last_error[0], "message": m.last_error[1]} if m.last_error else None,
         }
 
     # ---- lifecycle -------------------------------------------------------------------------------

@@ -276,6 +276,8 @@ class Member:
         self.session_timeout_ms = self.config.default_session_timeout_ms
         self.assignors: tuple[ClientAssignor, ...] = self.config.assignors
         self.fatal_error: tuple[int, str] | None = None
+        # The error of the last heartbeat response (name, message), None after a success: for status displays.
+        self.last_error: tuple[str, str] | None = None
         self._running = EMPTY  # confirmed running
         self._target = EMPTY  # `assigned` of the latest trusted assignment: what should run
         self._pending = EMPTY
@@ -519,7 +521,9 @@ class Member:
             self._finish_leave(now_ms)
             return
         code = response.error_code
-        if code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT):
+        ok = code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT)
+        self.last_error = None if ok else (_error_name(code), response.error_message)
+        if ok:
             self._on_success(out, response, now_ms)
         elif code in FENCING_ERRORS:
             self._fence(now_ms, f"{_error_name(code)}: {response.error_message}")
