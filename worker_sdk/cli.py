@@ -27,6 +27,7 @@ import grpc
 from prometheus_client import start_http_server
 
 from services.assignor import list_assignors
+from services.common.operator import OperatorError, ensure_can_listen, one_line
 from worker_sdk._client import FatalError
 from worker_sdk._member import ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
@@ -154,10 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
+        if args.metrics_listen:
+            ensure_can_listen(args.metrics_listen, "--metrics-listen")
         return asyncio.run(run(args))
     except ValueError as e:
-        print(f"connect-worker: {e}", file=sys.stderr)
+        print(f"connect-worker: {one_line(e)}", file=sys.stderr)
         return 2
+    except (OperatorError, OSError) as e:  # a port in use, an unwritable status file
+        print(f"connect-worker: {one_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from services.assignor.server import start_server
+from services.common.operator import OperatorError, ensure_can_listen, one_line
 
 DEFAULT_LISTEN = "127.0.0.1:8471"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9471"
@@ -63,10 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr, level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        ensure_can_listen(args.listen, "--listen")
+        if args.metrics_listen:
+            ensure_can_listen(args.metrics_listen, "--metrics-listen")
         return asyncio.run(_serve(args.listen, args.metrics_listen or None))
-    except (RuntimeError, OSError, ValueError) as e:
+    except (RuntimeError, OSError, ValueError, OperatorError) as e:
         # Cannot bind, or a malformed address: say so in one line rather than with a traceback.
-        print(f"connect-assignor: {e}", file=sys.stderr)
+        print(f"connect-assignor: {one_line(e)}", file=sys.stderr)
         return 1
 
 

@@ -16,11 +16,12 @@ import signal
 import sys
 from pathlib import Path
 
+from services.common.operator import OperatorError, ensure_can_listen, one_line
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator
 from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
 from services.coordinator.server import start_server
-from services.storage import Storage, default_sqlite_url
+from services.storage import Storage, StorageError, default_sqlite_url
 
 log = logging.getLogger("connect.coordinator")
 ENV_PREFIX = "CONNECT_COORDINATOR_"
@@ -81,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 def load_server_config(config_file: str | None, sets: list[str]) -> ServerConfig:
     props: dict[str, str] = {}
     if config_file:
-        props.update(parse_properties(Path(config_file).read_text(), config_file))
+        try:
+            text = Path(config_file).read_text()
+        except OSError as e:
+            raise ValueError(f"cannot read --config {config_file}: {e.strerror or e}") from None
+        props.update(parse_properties(text, config_file))
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep:
@@ -104,6 +109,9 @@ async def serve(args: argparse.Namespace) -> int:
     # Requests allocate many short-lived protobuf objects: collect the young generation less often.
     gc.set_threshold(20_000, 50, 100)
     config = load_server_config(args.config, args.set)
+    ensure_can_listen(args.listen, "--listen")
+    if args.metrics_listen:
+        ensure_can_listen(args.metrics_listen, "--metrics-listen")
     url = args.database or default_sqlite_url()
     storage = Storage(url)
     await asyncio.to_thread(storage.open)
@@ -142,8 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(serve(args))
     except ValueError as e:
-        print(f"connect-coordinator: {e}", file=sys.stderr)
+        print(f"connect-coordinator: {one_line(e)}", file=sys.stderr)
         return 2
+    except (OperatorError, StorageError, OSError, RuntimeError) as e:
+        # A port in use, a database that cannot be reached or refuses the password, a missing file.
+        print(f"connect-coordinator: {one_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
