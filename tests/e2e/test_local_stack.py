@@ -4,8 +4,12 @@ observation no connector or task runs on two workers, by the workers' own status
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.fixtures.net import free_port
@@ -37,3 +41,63 @@ def test_local_stack_scenario(tmp_path: Path) -> None:
     assert "ok: 8/8 connectors and tasks running, none twice" in text
     assert "no rebalance." in text  # the static bounce did not bump the group epoch
     assert (tmp_path / "coordinator.db").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                # The command name (in parentheses) may hold spaces: fields start after the last ')'.
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped by whoever adopted it does not count)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_local_stack_leaves_none_of_its_processes_running(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "local_stack.py"),
+        "--workers",
+        "2",
+        "--no-clear",
+        "--data-dir",
+        str(tmp_path),
+        "--coordinator-port",
+        str(free_port()),
+        "--assignor-port",
+        str(free_port()),
+        "--metrics-port",
+        str(free_port()),
+    ]
+    stack = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children: list[int] = []
+    try:
+        assert stack.stdout is not None
+        for line in stack.stdout:  # the stack says where its logs are once every child is started
+            if " logs " in line:
+                break
+        children = _children(stack.pid)
+        assert len(children) == 4, children  # assignor, coordinator, 2 workers
+        os.kill(stack.pid, signal.SIGKILL)
+        stack.wait(10)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in children if _alive(p)] == []
+    finally:
+        for p in [stack.pid, *children]:
+            with contextlib.suppress(OSError):
+                if _alive(p):
+                    os.kill(p, signal.SIGKILL)
+        stack.wait(10)
