@@ -56,12 +56,8 @@ def test_a_stable_group_has_nothing_to_explain() -> None:
     for m in g.members:
         assert Items.from_proto(m.revoking) == Items() and m.revoking_since_ms == 0 and m.revocation_deadline_ms == 0
         assert list(m.pending_holders) == []
-        assert m.session_expires_ms == ctx_session_deadline(m)
-
-
-def ctx_session_deadline(m: admin_pb2.DescribedMember) -> int:
-    # Every member of `stable` heartbeat last at T0 (the harness clock does not move while converging).
-    return T0 + TEST_CONFIG.session_timeout_ms
+        # Every member of `stable` heartbeat last at T0 (the harness clock does not move while converging).
+        assert m.session_expires_ms == T0 + TEST_CONFIG.session_timeout_ms
 
 
 def test_assignment_in_flight_then_revoking_then_pending_with_its_holder() -> None:
