@@ -22,17 +22,8 @@ from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.storage import Storage
+from tests.e2e.test_cli import groups
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
-
-
-def groups(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", address, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 class Running:

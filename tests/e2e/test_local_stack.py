@@ -17,16 +17,14 @@ from tests.fixtures.net import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_local_stack_scenario(tmp_path: Path) -> None:
-    cmd = [
+def stack_command(data_dir: Path) -> list[str]:
+    """The local stack on free ports, its data in `data_dir`, no screen clearing."""
+    return [
         sys.executable,
         str(REPO / "scripts" / "local_stack.py"),
-        "--scenario",
-        "--duration",
-        "2",
         "--no-clear",
         "--data-dir",
-        str(tmp_path),
+        str(data_dir),
         "--coordinator-port",
         str(free_port()),
         "--assignor-port",
@@ -34,6 +32,10 @@ def test_local_stack_scenario(tmp_path: Path) -> None:
         "--metrics-port",
         str(free_port()),
     ]
+
+
+def test_local_stack_scenario(tmp_path: Path) -> None:
+    cmd = [*stack_command(tmp_path), "--scenario", "--duration", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-4000:]
@@ -65,21 +67,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigkill_of_the_local_stack_leaves_none_of_its_processes_running(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "local_stack.py"),
-        "--workers",
-        "2",
-        "--no-clear",
-        "--data-dir",
-        str(tmp_path),
-        "--coordinator-port",
-        str(free_port()),
-        "--assignor-port",
-        str(free_port()),
-        "--metrics-port",
-        str(free_port()),
-    ]
+    cmd = [*stack_command(tmp_path), "--workers", "2"]
     stack = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     children: list[int] = []
     try:
