@@ -17,7 +17,7 @@ class OperatorError(Exception):
 def split_listen(address: str, flag: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise OperatorError(f"{flag} must be HOST:PORT, got '{address}'")
+        raise OperatorError(f"{flag}: expected HOST:PORT, got '{address}'")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
