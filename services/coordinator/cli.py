@@ -1,7 +1,8 @@
 """`connect-coordinator serve`: the coordinator process.
 
 Every flag can also come from an environment variable CONNECT_COORDINATOR_<FLAG> (e.g.
-CONNECT_COORDINATOR_DATABASE); `--set` pairs from CONNECT_COORDINATOR_SET, comma-separated.
+CONNECT_COORDINATOR_DATABASE); `--set` pairs from CONNECT_COORDINATOR_SET and assignor services
+from CONNECT_COORDINATOR_ASSIGNOR_ADDRESS, comma-separated.
 Server configuration (`group.connect.*`) comes from `--config FILE` (key=value lines) then `--set`.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from services.common.operator import OperatorError, ensure_can_listen, one_line
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator
+from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
 from services.coordinator.server import start_server
 from services.storage import Storage, StorageError, default_sqlite_url
@@ -56,10 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--database", default=_env("DATABASE", None), help="SQLAlchemy URL (default: SQLite ./data/coordinator.db)"
     )
+    env_assignors = [a.strip() for a in (_env("ASSIGNOR_ADDRESS", "") or "").split(",") if a.strip()]
     serve.add_argument(
         "--assignor-address",
-        default=_env("ASSIGNOR_ADDRESS", None),
-        help="assignor service HOST:PORT (none: workers compute assignments)",
+        action="append",
+        default=env_assignors,
+        metavar="HOST:PORT",
+        help="an assignor service (repeatable: each serves the names its ListAssignors reports; "
+        "none: workers compute assignments)",
+    )
+    serve.add_argument(
+        "--assignor-refresh-interval",
+        type=float,
+        default=_env("ASSIGNOR_REFRESH_INTERVAL", "30"),
+        metavar="SECONDS",
+        help="how often the assignor services are asked for their assignors again (default %(default)s)",
     )
     serve.add_argument(
         "--metrics-listen",
@@ -95,14 +108,21 @@ def load_server_config(config_file: str | None, sets: list[str]) -> ServerConfig
     return ServerConfig.from_properties(props)
 
 
-async def _discover_assignors(client: AssignorClient) -> dict[str, tuple[int, int]]:
-    try:
-        return await client.list_assignors(timeout_s=10.0)
-    except Exception as e:  # the service may start after us: fall back to what it ships with
-        from services.assignor import list_assignors
-
-        log.warning("assignor service at %s not reachable (%s); assuming its built-in assignors", client.address, e)
-        return {a.name: (a.minimum_version, a.maximum_version) for a in list_assignors()}
+def assignor_directory(args: argparse.Namespace) -> AssignorDirectory | None:
+    """The assignor services of --assignor-address (None: client-side mode only). Clients are
+    built here and only here (the directory makes a fresh one when a service comes back)."""
+    addresses = [a.strip() for item in args.assignor_address for a in item.split(",") if a.strip()]
+    if not addresses:
+        return None
+    for a in addresses:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"--assignor-address must be HOST:PORT, got '{a}'")
+    if args.assignor_refresh_interval <= 0:
+        raise ValueError("--assignor-refresh-interval must be > 0")
+    return AssignorDirectory(
+        addresses, lambda address: AssignorClient(address), refresh_interval_s=args.assignor_refresh_interval
+    )
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -112,13 +132,13 @@ async def serve(args: argparse.Namespace) -> int:
     ensure_can_listen(args.listen, "--listen")
     if args.metrics_listen:
         ensure_can_listen(args.metrics_listen, "--metrics-listen")
+    assignors = assignor_directory(args)
     url = args.database or default_sqlite_url()
     storage = Storage(url)
     await asyncio.to_thread(storage.open)
-    assignor = AssignorClient(args.assignor_address) if args.assignor_address else None
-    service_assignors = await _discover_assignors(assignor) if assignor else None
-    coordinator = GroupCoordinator(config, service_assignors)
-    runtime = CoordinatorRuntime(coordinator, storage, assignor=assignor)
+    # With assignor services, names are filled in by discovery (runtime.start, then periodically).
+    coordinator = GroupCoordinator(config, {} if assignors is not None else None)
+    runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
     await runtime.start()
     running = await start_server(runtime, args.listen, args.metrics_listen or None)
     host = args.listen.rpartition(":")[0]
@@ -127,7 +147,11 @@ async def serve(args: argparse.Namespace) -> int:
         log.info(
             "metrics on http://%s:%d/metrics", (args.metrics_listen or "").rpartition(":")[0], running.metrics_port
         )
-    mode = f"by the assignor service at {args.assignor_address}" if assignor else "by the workers (client-side mode)"
+    mode = (
+        f"by the assignor services at {', '.join(assignors.addresses)}"
+        if assignors is not None
+        else "by the workers (client-side mode)"
+    )
     log.info("database %s; assignments computed %s", url.rpartition("@")[2], mode)
 
     stop = asyncio.Event()

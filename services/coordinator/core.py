@@ -143,6 +143,10 @@ class GroupCoordinator:
 
     # ---- configuration helpers -------------------------------------------------------------
 
+    def set_service_assignors(self, assignors: dict[str, tuple[int, int]]) -> None:
+        """The assignor services' current names (the shell rediscovers them); checked at the next join."""
+        self.service_assignors = dict(assignors)
+
     def group_configs(self, group: Group) -> dict[str, str]:
         return effective_group_configs(self.config, group.configs, self.service_assignors is not None)
 
@@ -411,8 +415,10 @@ class GroupCoordinator:
             assert self.service_assignors is not None
             supported = self.service_assignors.get(name)
             if supported is None:
+                served = ", ".join(self.service_assignors) or "none yet"
                 raise ApiError(
-                    ErrorCode.UNSUPPORTED_ASSIGNOR, f"client_assignors: the assignor service does not provide '{name}'"
+                    ErrorCode.UNSUPPORTED_ASSIGNOR,
+                    f"client_assignors: the assignor service does not provide '{name}' (served: {served})",
                 )
             if not (supported[0] <= low and high <= supported[1]):
                 raise ApiError(
@@ -769,8 +775,9 @@ class GroupCoordinator:
         return out
 
     def complete_service_assignment(
-        self, group_id: str, group_epoch: int, response: assignor_pb2.AssignResponse, now_ms: int
+        self, group_id: str, group_epoch: int, response: assignor_pb2.AssignResponse, now_ms: int, service: str = ""
     ) -> Result:
+        """Install the assignor service's answer; `service` (its address) is stored with the target."""
         sink = _Sink(self.state, now_ms)
         group = self.state.groups.get(group_id)
         inflight = group.in_flight if group is not None else None
@@ -792,6 +799,7 @@ class GroupCoordinator:
                 response.rebalance_delay_ms,
                 now_ms,
                 error_message=response.error_message,
+                computed_by=service,
             )
             return Result(sink.records, ErrorCode.NONE)
         except ApiError as e:
@@ -815,6 +823,7 @@ class GroupCoordinator:
         rebalance_delay_ms: int,
         now: int,
         error_message: str = "",
+        computed_by: str = "",
     ) -> None:
         gid = group.group_id
         if error != 0:
@@ -857,6 +866,7 @@ class GroupCoordinator:
                     assignor_name=inflight.assignor_name,
                     assignor_state=assignor_state,
                     scheduled_rebalance_ms=scheduled,
+                    computed_by=computed_by or (f"worker:{inflight.executor}" if inflight.executor else "service"),
                 ),
             )
         )
@@ -869,6 +879,7 @@ class GroupCoordinator:
         group.failed_executors.clear()
         group.last_executor = inflight.executor
         self.timer.cancel(("assignment", gid))
+        service: dict[str, Any] = {"service": computed_by} if computed_by else {}
         sink.event(
             group,
             EventType.ASSIGNMENT_INSTALLED,
@@ -878,6 +889,7 @@ class GroupCoordinator:
             moved_items=moved,
             rebalance_delay_ms=rebalance_delay_ms,
             latency_ms=now - inflight.started_ms,
+            **service,
         )
         self._after_change(sink, group, now)
 
@@ -1022,6 +1034,7 @@ class GroupCoordinator:
             described.group_epoch = group.epoch
             described.assignment_epoch = group.assignment_epoch
             described.assignor_name = self._safe_assignor(group)
+            described.target_computed_by = group.target.computed_by
             for name in sorted(group.connectors):
                 described.connectors.add(name=name, task_count=group.connectors[name])
             for mid, m in group.members.items():

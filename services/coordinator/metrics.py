@@ -123,6 +123,36 @@ class CoordinatorMetrics:
         self.assignor_calls = Counter(
             f"{PREFIX}_assignor_calls_total", "Calls to the assignor service by result.", ["result"], registry=r
         )
+        # Assignor services (labelled by address: bounded by the --assignor-address configuration).
+        self.assignor_service_up = Gauge(
+            f"{PREFIX}_assignor_service_up",
+            "1 if the assignor service answered the last ListAssignors, else 0 (its last known names are kept).",
+            ["service"],
+            registry=r,
+        )
+        self.assignor_service_assignors = Gauge(
+            f"{PREFIX}_assignor_service_assignors",
+            "Assignor names the service serves, as last discovered.",
+            ["service"],
+            registry=r,
+        )
+        self.assignor_discoveries = Counter(
+            f"{PREFIX}_assignor_discoveries_total",
+            "ListAssignors calls to each assignor service by result (ok, unavailable).",
+            ["service", "result"],
+            registry=r,
+        )
+        self.assignor_name_conflicts = Gauge(
+            f"{PREFIX}_assignor_name_conflicts",
+            "Assignor names served by more than one assignor service (a configuration error).",
+            registry=r,
+        )
+        self.service_assignments = Counter(
+            f"{PREFIX}_assignor_service_assignments_total",
+            "Target assignments computed by each assignor service, by result (installed, rejected, error, failed).",
+            ["service", "result"],
+            registry=r,
+        )
 
     def watch_state(self, state: Callable[[], CoordinatorState]) -> None:
         self.registry.register(_GroupCollector(state))

@@ -84,6 +84,8 @@ class TargetMetadataValue:
     assignor_state: bytes = b""
     # Coordinator clock (ms) at which a delayed rebalance is due (the assignor's rebalance_delay_ms); 0 = none.
     scheduled_rebalance_ms: int = 0
+    # Who computed this target: the assignor service's address, or "worker:<member id>" (client-side).
+    computed_by: str = ""
 
 
 class MemberState:

@@ -9,7 +9,8 @@ state is reloaded from storage (memory never diverges from SQL) and the affected
 COORDINATOR_NOT_AVAILABLE; while loading, requests get COORDINATOR_LOAD_IN_PROGRESS.
 
 Timers (sessions, revocations, delayed rebalances, ...) fire when the timer task polls the core.
-In service mode the runtime calls the assignor service for the assignments the core asks for.
+In service mode the runtime calls the assignor service serving the selected assignor name (see
+`discovery.AssignorDirectory`: several services, rediscovered periodically and on demand).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import grpc
 
 from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.config import MODE_SERVICE
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.records import EventType, RebalanceEvent, Record
 from services.coordinator.state import STABLE
@@ -79,6 +82,9 @@ class AssignorClient:
                 ("grpc.enable_retries", 1),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # A redeployed service is reached again within seconds, not gRPC's default 2 minutes.
+                ("grpc.initial_reconnect_backoff_ms", 500),
+                ("grpc.max_reconnect_backoff_ms", 5000),
             ],
         )
         self._stub = assignor_pb2_grpc.ConnectAssignorStub(self._channel)
@@ -86,9 +92,9 @@ class AssignorClient:
     async def assign(self, request: assignor_pb2.AssignRequest, timeout_s: float) -> assignor_pb2.AssignResponse:
         return await self._stub.Assign(request, timeout=timeout_s)
 
-    async def list_assignors(self, timeout_s: float = 5.0) -> dict[str, tuple[int, int]]:
+    async def list_assignors(self, timeout_s: float = 5.0, wait_for_ready: bool = True) -> dict[str, tuple[int, int]]:
         resp = await self._stub.ListAssignors(
-            assignor_pb2.ListAssignorsRequest(), timeout=timeout_s, wait_for_ready=True
+            assignor_pb2.ListAssignorsRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready
         )
         return {a.name: (a.minimum_version, a.maximum_version) for a in resp.assignors}
 
@@ -103,15 +109,20 @@ class CoordinatorRuntime:
         storage: Storage,
         *,
         clock: Callable[[], int] = wall_clock_ms,
-        assignor: AssignorClient | None = None,
+        assignors: AssignorDirectory | None = None,
         metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.storage = storage
         self.clock = clock
-        self.assignor = assignor
+        self.assignors = assignors
         self.metrics = metrics or CoordinatorMetrics()
         self.metrics.watch_state(lambda: self.coordinator.state)
+        if assignors is not None:
+            # The core checks joins against the services' current names, updated after each discovery.
+            assignors.on_change = coordinator.set_service_assignors
+            if assignors.metrics is None:
+                assignors.metrics = self.metrics
         self.loaded = False
         self._pending: list[Record] = []
         self._pending_future: asyncio.Future[None] | None = None
@@ -128,6 +139,11 @@ class CoordinatorRuntime:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.assignors is not None:
+            # Once before loading (assignments may be resumed at once), then in the background.
+            # Services not up yet are found later: periodically, or when a worker names their assignor.
+            await self.assignors.refresh()
+            self.assignors.start()
         # The writer first: loading may itself produce records (e.g. an assignment requested again).
         self._tasks = [asyncio.create_task(self._writer(), name="writer")]
         await self._load()
@@ -140,8 +156,8 @@ class CoordinatorRuntime:
         for task in [*self._tasks, *self._assignment_tasks]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._assignment_tasks, return_exceptions=True)
-        if self.assignor is not None:
-            await self.assignor.close()
+        if self.assignors is not None:
+            await self.assignors.close()
 
     async def _load(self) -> None:
         self.loaded = False
@@ -328,37 +344,68 @@ class CoordinatorRuntime:
             elapsed = time.perf_counter_ns() - started
             self.metrics.loop_busy_ratio.set(min(1.0, (self._busy_ns - busy_before) / elapsed) if elapsed else 0.0)
 
+    # ---- assignor services ------------------------------------------------------------------
+
+    async def discover_for(self, request: Any) -> None:
+        """Before a heartbeat that names assignors: if one of them is served by no known assignor
+        service and the group computes in service mode, ask the services again (rate limited), so
+        a service started late or redeployed with new names is found before the request is
+        answered (with UNSUPPORTED_ASSIGNOR if it is still unknown)."""
+        directory = self.assignors
+        if directory is None or not request.HasField("client_assignors"):
+            return
+        routes = directory.routes
+        if all(a.name in routes for a in request.client_assignors.assignors):
+            return
+        if self.coordinator.assignment_mode(self.coordinator.state.groups.get(request.group_id)) != MODE_SERVICE:
+            return
+        try:
+            await directory.refresh_on_demand()
+        except Exception:
+            log.exception("assignor service discovery failed")
+
     # ---- service-mode assignments -----------------------------------------------------------
 
     async def _run_service_assignment(self, job: ServiceAssignment) -> None:
         timeout_s = self.coordinator.config.assignor_timeout_ms / 1000
-        if self.assignor is None:
-            await self._report_failure(job, "no assignor service configured")
+        name = job.request.assignor_name
+        client = self.assignors.client_for(name) if self.assignors is not None else None
+        if client is None:
+            why = "no assignor service configured" if self.assignors is None else f"no assignor service serves '{name}'"
+            await self._report_failure(job, why)
             return
+        service = client.address
         try:
-            response = await self.assignor.assign(job.request, timeout_s)
+            response = await client.assign(job.request, timeout_s)
         except grpc.aio.AioRpcError as e:
             self.metrics.assignor_calls.labels(e.code().name.lower()).inc()
-            log.warning("assignor service call for group %s failed: %s %s", job.group_id, e.code().name, e.details())
-            await self._report_failure(job, f"assignor service: {e.code().name} {e.details()}")
+            self.metrics.service_assignments.labels(service, "failed").inc()
+            log.warning(
+                "assignor service %s call for group %s failed: %s %s", service, job.group_id, e.code().name, e.details()
+            )
+            await self._report_failure(job, f"assignor service {service}: {e.code().name} {e.details()}")
             return
         except asyncio.CancelledError:
             raise
         except Exception as e:  # connection setup errors and the like
             self.metrics.assignor_calls.labels("error").inc()
-            await self._report_failure(job, f"assignor service: {e}")
+            self.metrics.service_assignments.labels(service, "failed").inc()
+            await self._report_failure(job, f"assignor service {service}: {e}")
             return
         self.metrics.assignor_calls.labels("ok" if response.error == 0 else "assignor_error").inc()
         try:
             code = await self.handle(
                 lambda resp, now: self.coordinator.complete_service_assignment(
-                    job.group_id, job.group_epoch, resp, now
+                    job.group_id, job.group_epoch, resp, now, service
                 ),
                 response,
             )
+            result = "error" if response.error else ("installed" if code == ErrorCode.NONE else "rejected")
+            self.metrics.service_assignments.labels(service, result).inc()
             if code != ErrorCode.NONE:
                 log.warning(
-                    "assignment from the assignor service for group %s was rejected: %s",
+                    "assignment from the assignor service %s for group %s was rejected: %s",
+                    service,
                     job.group_id,
                     ErrorCode.Name(code),
                 )

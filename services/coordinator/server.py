@@ -15,11 +15,11 @@ from typing import Any
 import grpc
 from grpc_health.v1 import _async as health_aio  # what grpc_health.v1.health.aio re-exports
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common import reflection
 from services.coordinator.events import list_group_events
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
@@ -68,11 +68,11 @@ class _Instrumented:
 
 class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, _Instrumented):
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        return await self._call(
-            "ConnectGroupHeartbeat",
-            coordinator_pb2.ConnectGroupHeartbeatResponse,
-            lambda: self.runtime.handle(self.core.heartbeat, request),
-        )
+        async def run() -> Any:
+            await self.runtime.discover_for(request)  # an assignor no known service serves: ask again
+            return await self.runtime.handle(self.core.heartbeat, request)
+
+        return await self._call("ConnectGroupHeartbeat", coordinator_pb2.ConnectGroupHeartbeatResponse, run)
 
     async def ConnectGroupPrepareAssignment(self, request: Any, context: Any) -> Any:
         return await self._call(
@@ -198,7 +198,6 @@ async def start_server(runtime: CoordinatorRuntime, listen: str, metrics_listen:
             COORDINATOR_SERVICE,
             ADMIN_SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
         ),
         server,
     )

@@ -172,11 +172,12 @@ def _target_params(r: TargetMetadata) -> Params:
         "assignor_name": v.assignor_name,
         "assignor_state": v.assignor_state,
         "scheduled_rebalance_ms": v.scheduled_rebalance_ms,
+        "computed_by": v.computed_by,
     }
 
 
 def _target_row(row: Sequence[Any]) -> Record:
-    group_id, assignment_epoch, error, assignor_name, assignor_state, scheduled_rebalance_ms = row
+    group_id, assignment_epoch, error, assignor_name, assignor_state, scheduled_rebalance_ms, computed_by = row
     return TargetMetadata(
         group_id,
         TargetMetadataValue(
@@ -185,6 +186,7 @@ def _target_row(row: Sequence[Any]) -> Record:
             assignor_name=assignor_name,
             assignor_state=_bytes(assignor_state),
             scheduled_rebalance_ms=scheduled_rebalance_ms,
+            computed_by=computed_by,
         ),
     )
 

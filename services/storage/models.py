@@ -92,6 +92,8 @@ class TargetAssignmentRow(Base):
     assignor_name: Mapped[str] = mapped_column(String)
     assignor_state: Mapped[bytes] = mapped_column(LargeBinary)
     scheduled_rebalance_ms: Mapped[int] = mapped_column(BigInteger)
+    # The assignor service (address) or worker that computed the target (migration 0003).
+    computed_by: Mapped[str] = mapped_column(String, server_default=text("''"))
 
 
 class MemberAssignmentRow(Base):

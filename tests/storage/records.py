@@ -90,6 +90,7 @@ def every_state_record(group_id: str = "g1") -> list[Record]:
                 assignor_name="incremental-cooperative",
                 assignor_state=b"\x00state",
                 scheduled_rebalance_ms=BIG_MS + 2,
+                computed_by="assignor-b.example:8471",
             ),
         ),
         assignment(group_id, "m1", epoch=6),

@@ -116,7 +116,7 @@ class AssignmentError(_message.Message):
     def __init__(self, executor: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms", "target_computed_by")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class DescribedGroup(_message.Message):
     ASSIGNMENT_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     LAST_ASSIGNMENT_ERROR_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_REBALANCE_MS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_COMPUTED_BY_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -145,7 +146,8 @@ class DescribedGroup(_message.Message):
     assignment_in_flight: AssignmentInFlight
     last_assignment_error: AssignmentError
     scheduled_rebalance_ms: int
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ...) -> None: ...
+    target_computed_by: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ..., target_computed_by: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
