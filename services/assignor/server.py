@@ -20,11 +20,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 # ``health.aio.HealthServicer`` under the name its module defines it; grpc-stubs predates ``health.aio``.
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc, common_pb2
 from services.assignor import _proto, metrics
+from services.common import reflection
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ async def start_server(listen: str, metrics_listen: str | None = None) -> Runnin
     assignor_pb2_grpc.add_ConnectAssignorServicer_to_server(AssignorServicer(), server)
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
     port = server.add_insecure_port(listen)  # raises RuntimeError if it cannot bind
 
     httpd: WSGIServer | None = None
