@@ -13,6 +13,7 @@ Public surface:
 
 from services.common.items import EMPTY, Items, TaskId
 from worker_sdk._assign import assign_request, compute_and_install, install_request
+from worker_sdk._assignors import local_assignors, parse_assignor, parse_assignors
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
@@ -70,4 +71,7 @@ __all__ = [
     "assign_request",
     "compute_and_install",
     "install_request",
+    "local_assignors",
+    "parse_assignor",
+    "parse_assignors",
 ]

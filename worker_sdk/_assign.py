@@ -160,7 +160,17 @@ async def compute_and_install(
         return _outcome(prepared.error_code, "ConnectGroupPrepareAssignment", prepared.error_message)
     request = assign_request(task.group_id, prepared)
     result = await asyncio.to_thread(run_assignor, assign_fn, request)
-    if result.error:
+    if result.error == ErrorCode.UNSUPPORTED_ASSIGNOR:
+        log.error(
+            "this worker cannot compute with assignor %r for group %s (client-side mode): %s; refusing "
+            "(the coordinator keeps the current target): use an assignor service serving %r "
+            "(assignment.mode=service) or an assignor this worker implements",
+            request.assignor_name,
+            task.group_id,
+            result.error_message,
+            request.assignor_name,
+        )
+    elif result.error:
         log.error(
             "assignor %r failed for group %s epoch %d: %d %s (installing the error: the current target is kept)",
             request.assignor_name,

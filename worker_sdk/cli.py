@@ -1,7 +1,7 @@
 """`connect-worker`: the reference worker.
 
     connect-worker --coordinator HOST:PORT --group ID [--instance-id ID] [--url URL]
-                   [--assignors incremental-cooperative,eager] [--simulate N]
+                   [--assignors NAME[:MIN-MAX][:METADATA_BASE64],...] [--simulate N]
                    [--status-file PATH] [--stop-delay-ms MS] [--metrics-listen HOST:PORT]
 
 Signals: SIGTERM and SIGINT stop the work and leave the group (member_epoch -1); SIGUSR1 is a
@@ -26,30 +26,13 @@ import sys
 import grpc
 from prometheus_client import start_http_server
 
-from services.assignor import list_assignors
 from services.common.operator import OperatorError, ensure_can_listen, one_line
+from worker_sdk._assignors import parse_assignors, remote_only
 from worker_sdk._client import FatalError
-from worker_sdk._member import ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._reference import ReferenceWorker
 
 log = logging.getLogger("worker_sdk.cli")
-
-
-def parse_assignors(text: str) -> tuple[ClientAssignor, ...]:
-    """Names in order of preference; version ranges are the ones the local assignor library supports."""
-    known = {a.name: a for a in list_assignors()}
-    out = []
-    for name in (n.strip() for n in text.split(",")):
-        if not name:
-            continue
-        a = known.get(name)
-        if a is None:
-            raise ValueError(f"unknown assignor '{name}' (known: {', '.join(known)})")
-        out.append(ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.maximum_version))
-    if not out:
-        raise ValueError("--assignors lists no assignor")
-    return tuple(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--assignors",
         default="incremental-cooperative,eager",
-        help="client-side assignors in order of preference (default %(default)s)",
+        metavar="NAME[:MIN-MAX][:METADATA_BASE64],...",
+        help="assignors in order of preference, any name an assignor service serves; a built-in name "
+        "(incremental-cooperative, eager) defaults to the local library's versions, others to 0-0; "
+        "only built-in names can be computed by this worker in client-side mode (default %(default)s)",
     )
     p.add_argument("--simulate", type=int, default=1, metavar="N", help="run N workers in this process")
     p.add_argument("--status-file", default=None, help="write {member_id, member_epoch, state, running, ...} here")
@@ -89,6 +75,13 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
     if n > 1 and args.status_file and "{i}" not in args.status_file:
         raise ValueError("with --simulate N > 1, --status-file must contain {i}")
     assignors = parse_assignors(args.assignors)
+    remote = remote_only(assignors)
+    if remote:
+        log.info(
+            "assignors %s are not built into this worker: they are computed by an assignor service "
+            "(assignment.mode=service); asked to compute one itself, this worker refuses",
+            ", ".join(remote),
+        )
     rng = random.Random(args.seed)
     # One channel and one metrics registry for the whole process: simulated workers add up.
     channel = grpc.aio.insecure_channel(args.coordinator) if n > 1 else None

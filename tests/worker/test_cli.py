@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,38 @@ def test_assignors_take_their_version_ranges_from_the_local_library() -> None:
     assert (ic.name, ic.minimum_version, ic.maximum_version, ic.version) == ("incremental-cooperative", 1, 2, 2)
     assert (eager.name, eager.minimum_version, eager.maximum_version, eager.version) == ("eager", 0, 0, 0)
     assert [a.name for a in parse_assignors("eager")] == ["eager"]
-    with pytest.raises(ValueError, match="unknown assignor 'sticky'"):
-        parse_assignors("sticky")
     with pytest.raises(ValueError, match="no assignor"):
         parse_assignors(",")
+
+
+def test_any_assignor_name_with_its_version_range_and_metadata() -> None:
+    sticky, js, ic = parse_assignors("sticky, round-robin-js:1-3:bWV0YQ==, incremental-cooperative:2")
+    assert (sticky.name, sticky.minimum_version, sticky.maximum_version, sticky.version) == ("sticky", 0, 0, 0)
+    assert (js.name, js.minimum_version, js.maximum_version, js.version, js.metadata) == (
+        "round-robin-js",
+        1,
+        3,
+        3,
+        b"meta",
+    )
+    assert (ic.minimum_version, ic.maximum_version) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x:2-1", "assignor 'x:2-1': minimum version 2 is larger than maximum version 1"),
+        ("x:a-b", "version 'a' is not a non-negative integer"),
+        ("x:-1", "version '' is not a non-negative integer"),
+        ("x:0-0:not base64!", "metadata 'not base64!' is not valid base64"),
+        (":1-2", "the name must be non-empty"),
+        ("x,x:1", "assignor 'x' is listed twice"),
+        ("x:99999999999", "larger than 2147483647"),
+    ],
+)
+def test_malformed_assignors_are_refused_naming_the_entry(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_assignors(text)
 
 
 @pytest.mark.parametrize(
@@ -25,7 +54,7 @@ def test_assignors_take_their_version_ranges_from_the_local_library() -> None:
     [
         ["--simulate", "3", "--status-file", "status.json"],  # one file for three workers
         ["--simulate", "0"],
-        ["--assignors", "round-robin"],
+        ["--assignors", "round-robin:3-2"],
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
