@@ -18,6 +18,9 @@ BUF := $(TOOLS)/node_modules/.bin/buf
 # Stamps live inside the folders they describe, so deleting a folder forces its reinstall.
 PY_STAMP := $(VENV)/.installed
 BUF_STAMP := $(TOOLS)/node_modules/.installed
+# The Node.js example assignor (examples/assignors/node): its tests start it for real.
+NODE_EXAMPLE := examples/assignors/node
+NODE_EXAMPLE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 
 # Extra arguments for `make up`, e.g. ARGS='--listen 0.0.0.0:8470', and for pytest (`make test`,
 # `make pytest`), e.g. PYTEST_ARGS='-k heartbeat -x'.
@@ -44,7 +47,7 @@ STEP = step() { \
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-setup: system $(PY_STAMP) $(BUF_STAMP) ## install everything the other targets need (quick when done)
+setup: system $(PY_STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP) ## install everything the other targets need (quick when done)
 
 system: ## Debian packages the tests need (PostgreSQL server, ...); apt-get only when missing
 	@$(STEP); step "system packages" scripts/setup_system.sh
@@ -59,6 +62,11 @@ $(PY_STAMP): pyproject.toml | $(BIN)/python
 $(BUF_STAMP): $(TOOLS)/package.json $(TOOLS)/package-lock.json | system
 	@$(STEP); step "npm install (buf) into $(TOOLS)" \
 	  npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(NODE_EXAMPLE_STAMP): $(NODE_EXAMPLE)/package.json $(NODE_EXAMPLE)/package-lock.json | system
+	@$(STEP); step "npm ci (example assignor) in $(NODE_EXAMPLE)" \
+	  npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund --loglevel=error
 	@touch $@
 
 up: setup ## set up, then run the system locally in the foreground (scripts/up.sh)
@@ -95,5 +103,5 @@ clean: ## remove caches and build leftovers (keeps .venv, .tools and data/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks build dist *.egg-info bench/out
 	find . -path ./.venv -prune -o -path ./$(TOOLS)/node_modules -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean ## also remove .venv and .tools/node_modules (the next `make setup` reinstalls them)
-	rm -rf $(VENV) $(TOOLS)/node_modules
+distclean: clean ## also remove .venv and the node_modules folders (the next `make setup` reinstalls them)
+	rm -rf $(VENV) $(TOOLS)/node_modules $(NODE_EXAMPLE)/node_modules
