@@ -165,7 +165,8 @@ def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None) -> str:
     head = (
         f"GROUP {g.group_id}  state={g.group_state}  group_epoch={g.group_epoch}  "
-        f"assignment_epoch={g.assignment_epoch}  assignor={g.assignor_name or '-'}\n"
+        f"assignment_epoch={g.assignment_epoch}  assignor={g.assignor_name or '-'}  "
+        f"target_computed_by={g.target_computed_by or '-'}\n"
         f"CONNECTORS {', '.join(f'{c.name}({c.task_count} tasks)' for c in g.connectors) or '-'}"
     )
     rows = [

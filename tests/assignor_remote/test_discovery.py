@@ -1,0 +1,65 @@
+"""The coordinator's view of its assignor services (`AssignorDirectory`) against real assignor
+services on loopback: late start, going away, coming back, and a name served twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from services.assignor.server import start_server
+from services.coordinator.discovery import AssignorDirectory
+from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.runtime import AssignorClient
+from tests.fixtures.net import free_port
+
+BUILT_IN = {"incremental-cooperative": (1, 2), "eager": (0, 0)}
+
+
+def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_served_twice_is_reported() -> None:
+    async def scenario() -> None:
+        first = f"127.0.0.1:{free_port()}"
+        metrics = CoordinatorMetrics(CollectorRegistry())
+        seen: list[dict[str, tuple[int, int]]] = []
+        directory = AssignorDirectory(
+            [first], AssignorClient, metrics=metrics, min_on_demand_interval_s=0.0, on_change=seen.append
+        )
+        try:
+            await directory.refresh()  # nothing listens yet
+            assert directory.versions() == {} and seen == []
+            assert not directory.services[first].up
+
+            late = await start_server(first)
+            await directory.refresh_on_demand()
+            assert directory.versions() == BUILT_IN and seen == [BUILT_IN]
+            assert directory.client_for("eager") is directory.services[first].client
+            assert metrics.assignor_service_up.labels(first)._value.get() == 1
+
+            await late.stop(0)
+            await directory.refresh()
+            view = directory.services[first]
+            assert not view.up and view.reported_down
+            assert directory.versions() == BUILT_IN  # last known names kept while it is away
+            assert metrics.assignor_service_up.labels(first)._value.get() == 0
+
+            back = await start_server(first)
+            await directory.refresh()
+            assert directory.services[first].up and directory.versions() == BUILT_IN
+            await back.stop(0)
+        finally:
+            await directory.close()
+
+        # Two services serving the same names: reported, and the first in configuration order keeps them.
+        a, b = await start_server("127.0.0.1:0"), await start_server("127.0.0.1:0")
+        directory = AssignorDirectory([b.address, a.address], AssignorClient, metrics=metrics)
+        try:
+            await directory.refresh()
+            assert directory.conflicts == {name: [b.address, a.address] for name in BUILT_IN}
+            assert {name: directory.service_for(name) for name in BUILT_IN} == dict.fromkeys(BUILT_IN, b.address)
+            assert metrics.assignor_name_conflicts._value.get() == 2
+        finally:
+            await directory.close()
+            await a.stop(0)
+            await b.stop(0)
+
+    asyncio.run(scenario())
