@@ -74,6 +74,7 @@ class AssignorDirectory:
         refresh_interval_s: float = 30.0,
         min_on_demand_interval_s: float = 1.0,
         timeout_s: float = 2.0,
+        close_grace_s: float = 15.0,
         on_change: Callable[[dict[str, VersionRange]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -87,6 +88,7 @@ class AssignorDirectory:
         self.refresh_interval_s = refresh_interval_s
         self.min_on_demand_interval_s = min_on_demand_interval_s
         self.timeout_s = timeout_s
+        self.close_grace_s = close_grace_s
         self.on_change = on_change
         self._clock = clock
         self.routes: dict[str, Route] = {}
@@ -149,10 +151,10 @@ class AssignorDirectory:
                 log.exception("assignor service discovery failed")
 
     async def close(self) -> None:
-        tasks = [t for t in (self._loop_task, self._refreshing) if t is not None]
+        tasks = [t for t in (self._loop_task, self._refreshing, *self._closing) if t is not None]
         for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, *self._closing, return_exceptions=True)
+            t.cancel()  # replaced clients still in their grace period are closed now
+        await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(s.client.close() for s in self.services.values()), return_exceptions=True)
 
     async def _refresh_all(self) -> None:
@@ -160,25 +162,37 @@ class AssignorDirectory:
         self._rebuild_routes()
 
     async def _refresh_one(self, view: ServiceView) -> None:
-        # A service that was down is asked over a fresh channel: the old one may be waiting out
-        # gRPC's reconnect backoff and would report UNAVAILABLE although the service is back.
-        client = view.client if view.up else self._make_client(view.address)
+        if view.up:
+            try:
+                assignors = await view.client.list_assignors(timeout_s=self.timeout_s, wait_for_ready=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                pass  # perhaps redeployed at the same address: ask again over a fresh channel below
+            else:
+                self._discovered(view, view.client, assignors)
+                return
+        # A service that was down (or just failed) is asked over a fresh channel: the old one may be
+        # waiting out gRPC's reconnect backoff and would report UNAVAILABLE although the service is back.
+        fresh = self._make_client(view.address)
         try:
-            assignors = await client.list_assignors(timeout_s=self.timeout_s, wait_for_ready=False)
+            assignors = await fresh.list_assignors(timeout_s=self.timeout_s, wait_for_ready=False)
         except asyncio.CancelledError:
-            if client is not view.client:
-                await client.close()
+            await fresh.close()
             raise
         except Exception as e:
-            if client is not view.client:
-                await client.close()
+            await fresh.close()
             self._count(view.address, "unavailable")
             self._mark_down(view, _describe_error(e))
             return
+        self._discovered(view, fresh, assignors)
+
+    def _discovered(self, view: ServiceView, client: AssignorServiceClient, assignors: dict[str, VersionRange]) -> None:
         self._count(view.address, "ok")
         if client is not view.client:
             old, view.client = view.client, client
-            task = asyncio.create_task(old.close())
+            # Assign calls still running on the old channel may finish (they have their own deadline).
+            task = asyncio.create_task(self._close_later(old))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         if not view.up or assignors != view.assignors:
@@ -189,6 +203,12 @@ class AssignorDirectory:
             )
         view.up, view.reported_down, view.assignors = True, False, assignors
         self._gauges(view)
+
+    async def _close_later(self, client: AssignorServiceClient) -> None:
+        try:
+            await asyncio.sleep(self.close_grace_s)
+        finally:
+            await client.close()
 
     def _mark_down(self, view: ServiceView, why: str) -> None:
         view.up = False

@@ -85,6 +85,9 @@ class AssignorClient:
                 # A redeployed service is reached again within seconds, not gRPC's default 2 minutes.
                 ("grpc.initial_reconnect_backoff_ms", 500),
                 ("grpc.max_reconnect_backoff_ms", 5000),
+                # Own subchannels: a channel made afresh for a service that was down really reconnects
+                # (a shared subchannel would still be waiting out the old channel's backoff).
+                ("grpc.use_local_subchannel_pool", 1),
             ],
         )
         self._stub = assignor_pb2_grpc.ConnectAssignorStub(self._channel)

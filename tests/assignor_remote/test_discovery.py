@@ -7,7 +7,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from services.assignor.server import start_server
+from services.assignor.server import RunningServer, start_server
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runtime import AssignorClient
@@ -21,6 +21,7 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
         first = f"127.0.0.1:{free_port()}"
         metrics = CoordinatorMetrics(CollectorRegistry())
         seen: list[dict[str, tuple[int, int]]] = []
+        servers: list[RunningServer] = []  # stopped at the end whatever happens
         directory = AssignorDirectory(
             [first], AssignorClient, metrics=metrics, min_on_demand_interval_s=0.0, on_change=seen.append
         )
@@ -30,12 +31,14 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
             assert not directory.services[first].up
 
             late = await start_server(first)
+            servers.append(late)
             await directory.refresh_on_demand()
             assert directory.versions() == BUILT_IN and seen == [BUILT_IN]
             assert directory.client_for("eager") is directory.services[first].client
             assert metrics.assignor_service_up.labels(first)._value.get() == 1
 
             await late.stop(0)
+            servers.remove(late)
             await directory.refresh()
             view = directory.services[first]
             assert not view.up and view.reported_down
@@ -43,11 +46,12 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
             assert metrics.assignor_service_up.labels(first)._value.get() == 0
 
             back = await start_server(first)
+            servers.append(back)
             await directory.refresh()
             assert directory.services[first].up and directory.versions() == BUILT_IN
-            await back.stop(0)
         finally:
             await directory.close()
+            await asyncio.gather(*(s.stop(0) for s in servers))
 
         # Two services serving the same names: reported, and the first in configuration order keeps them.
         a, b = await start_server("127.0.0.1:0"), await start_server("127.0.0.1:0")

@@ -201,3 +201,23 @@ def test_workers_choose_the_built_in_or_the_node_assignor_by_name(
         assert installed(ic.describe()) == installed(g_ic)
     finally:
         python_assignor.kill()
+
+
+def test_in_client_side_mode_a_worker_refuses_to_compute_with_an_assignor_it_does_not_implement(
+    processes: Processes,
+) -> None:
+    import time
+
+    coordinator = processes.start_coordinator()  # no assignor service: workers compute
+    client = Client(coordinator.address, "g-local")
+    assert client.put_connector("orders", 2).error_code == 0
+    worker = processes.start_worker(coordinator.address, "g-local", extra=["--assignors", "round-robin-js"])
+    refusal = "this worker cannot compute with assignor 'round-robin-js' for group g-local (client-side mode)"
+    deadline = time.monotonic() + 30
+    while refusal not in worker.log():
+        assert time.monotonic() < deadline, worker.log()
+        time.sleep(0.1)
+    assert "not built into this worker" in worker.log()  # said at start
+    group = client.describe()
+    assert (group.group_state, group.assignment_epoch, len(group.members)) == ("Assigning", 0, 1)
+    assert worker.alive()  # a refusal, not a crash: it keeps its membership
