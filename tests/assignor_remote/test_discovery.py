@@ -4,10 +4,13 @@ services on loopback: late start, going away, coming back, and a name served twi
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from services.assignor.server import RunningServer, start_server
+from services.coordinator import cli as coordinator_cli
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runtime import AssignorClient
@@ -67,3 +70,19 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
             await b.stop(0)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--assignor-address", "no-port"], "--assignor-address must be HOST:PORT, got 'no-port'"),
+        (["--assignor-address", "a:1,a:1"], "--assignor-address lists the same address twice"),
+        (["--assignor-address", "a:1", "--assignor-refresh-interval", "0"], "--assignor-refresh-interval must be > 0"),
+    ],
+)
+def test_bad_assignor_flags_are_one_line_errors(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--database", f"sqlite:///{tmp_path / 'c.db'}"]
+    assert coordinator_cli.main([*argv, *flags]) == 2
+    assert capsys.readouterr().err == f"connect-coordinator: {message}\n"
