@@ -69,7 +69,8 @@ class _Instrumented:
 class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, _Instrumented):
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
         async def run() -> Any:
-            await self.runtime.discover_for(request)  # an assignor no known service serves: ask again
+            if request.HasField("client_assignors"):  # a join or a change: is every name known?
+                await self.runtime.discover_for(request)  # one no known service serves: ask again
             return await self.runtime.handle(self.core.heartbeat, request)
 
         return await self._call("ConnectGroupHeartbeat", coordinator_pb2.ConnectGroupHeartbeatResponse, run)
