@@ -49,12 +49,13 @@ class NotAvailable(Exception):
         self.code = code
 
 
-# Retries of UNAVAILABLE through the channel's service config (grpc's own retry machinery).
+# Retries of UNAVAILABLE through the channel's service config (grpc's own retry machinery), for
+# Assign only: ListAssignors must fail fast (discovery asks again on its own, and a join may wait for it).
 ASSIGNOR_SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
             {
-                "name": [{"service": "connect.coordinator.v1.ConnectAssignor"}],
+                "name": [{"service": "connect.coordinator.v1.ConnectAssignor", "method": "Assign"}],
                 "retryPolicy": {
                     "maxAttempts": 5,
                     "initialBackoff": "0.1s",
