@@ -83,6 +83,10 @@ def test_connect_groups(coordinator: CoordinatorProcess) -> None:
     a = coordinator.address
     out = groups(a, "connectors", "put", "g1", "orders", "--tasks", "3")
     assert out.returncode == 0 and "epoch 1" in out.stdout
+    # W1 joins once and never heartbeats again: a session long enough to outlive the CLI calls
+    # below on a busy machine (the fixture's default is 2 s).
+    out = groups(a, "configs", "alter", "g1", "--set", "session.timeout.ms=30000")
+    assert out.returncode == 0, out.stderr
     c = Client(a, "g1")
     c.heartbeat("W1", 0)
     c.close()
@@ -107,7 +111,8 @@ def test_connect_groups(coordinator: CoordinatorProcess) -> None:
     assert out.returncode == 0
     out = groups(a, "--output", "json", "configs", "describe", "g1")
     configs = {e["name"]: (e["value"], e["source"]) for e in json.loads(out.stdout)["configs"]}
-    assert configs["max.size"] == ("7", "group") and configs["session.timeout.ms"][1] == "default"
+    assert configs["max.size"] == ("7", "group") and configs["session.timeout.ms"] == ("30000", "group")
+    assert configs["heartbeat.interval.ms"][1] == "default"
 
     out = groups(a, "describe", "nope")
     assert out.returncode == 1 and "GROUP_ID_NOT_FOUND" in out.stderr
