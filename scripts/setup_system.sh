@@ -30,6 +30,11 @@ need "python3.11 python3.11-venv" python_venv_works # the project's interpreter 
 need "postgresql" pg_server_present                 # integration tests start a real PostgreSQL server
 need "nodejs npm" have_cmd npm                      # installs the buf CLI into .tools/
 need "prometheus" prometheus_present                # e2e tests scrape /metrics with a real server + promtool
+# Container images (issue 9): podman + runc build and run them, debootstrap makes the local stand-in
+# base images (no registry is reachable here), podman-compose runs docker/compose.yaml.
+need "podman runc buildah aardvark-dns netavark" have_cmd podman
+need "debootstrap" have_cmd debootstrap
+need "podman-compose" have_cmd podman-compose
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all present"

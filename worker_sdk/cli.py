@@ -4,9 +4,12 @@
                    [--assignors NAME[:MIN-MAX][:METADATA_BASE64],...] [--simulate N]
                    [--status-file PATH] [--stop-delay-ms MS] [--metrics-listen HOST:PORT]
 
-Signals: SIGTERM and SIGINT stop the work and leave the group (member_epoch -1); SIGUSR1 is a
-static member's planned restart: stop the work, leave with -2, exit (a new process with the same
---instance-id takes the assignment back with no rebalance).
+Signals: SIGTERM (what Kubernetes sends on a rolling restart) stops the work and leaves the group:
+a static member (--instance-id) leaves temporarily (member_epoch -2), so a new process with the same
+--instance-id takes the assignment back with no rebalance, as Kafka's static members do; a dynamic
+member leaves for good (-1). SIGINT always leaves for good (-1); SIGUSR1 is a static member's
+planned restart (-2), like SIGTERM. A static member is removed for good by an operator with
+`connect-groups members remove GROUP --instance-id ID`.
 
 With --simulate N the process runs N workers, each its own member; `{i}` in --status-file,
 --instance-id and --url is replaced by the worker's index (--status-file must contain it, and
@@ -125,7 +128,7 @@ async def run(args: argparse.Namespace) -> int:
             coro = w.restart_leave() if temporary and w.client.member.config.instance_id else w.close()
             stopping.append(asyncio.ensure_future(coro))
 
-    loop.add_signal_handler(signal.SIGTERM, stop, False)
+    loop.add_signal_handler(signal.SIGTERM, stop, True)
     loop.add_signal_handler(signal.SIGINT, stop, False)
     loop.add_signal_handler(signal.SIGUSR1, stop, True)
     results = await asyncio.gather(*(w.run() for w in workers), return_exceptions=True)

@@ -7,6 +7,7 @@
     connect-groups connectors delete GROUP NAME
     connect-groups configs describe GROUP
     connect-groups configs alter GROUP --set k=v --delete k
+    connect-groups members remove GROUP --instance-id ID | --member-id ID
 
 Exit codes scripts can rely on: 0 success; 1 the coordinator answered with an error (its code and
 message are printed); 2 bad command line; 3 the coordinator could not be reached.
@@ -121,6 +122,21 @@ def run(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) ->
         return EXIT_OK
     if args.command == "events":
         return _events(args, stub)
+    if args.command == "members":
+        who = admin_pb2.MemberIdentity(member_id=args.member_id or "", instance_id=args.instance_id or "")
+        resp = stub.RemoveMembers(admin_pb2.RemoveMembersRequest(group_id=args.group, members=[who]), timeout=timeout)
+        if resp.error_code:
+            return _error(resp.error_code, resp.error_message)
+        failed = [r for r in resp.results if r.error_code]
+        if as_json:
+            print(_as_json(resp))
+        else:
+            for r in resp.results:
+                if not r.error_code:
+                    print(f"ok: removed member {r.member_id} from group {args.group}, now at epoch {resp.group_epoch}")
+        for r in failed:
+            _error(r.error_code, r.error_message)
+        return EXIT_ERROR if failed else EXIT_OK
     raise AssertionError(args.command)
 
 
@@ -228,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("group")
     ca.add_argument("--set", action="append", metavar="KEY=VALUE")
     ca.add_argument("--delete", action="append", metavar="KEY")
+    mem = sub.add_parser("members", help="remove a member for good (Kafka's RemoveMembersFromConsumerGroup)")
+    memsub = mem.add_subparsers(dest="action", required=True)
+    rm = memsub.add_parser("remove")
+    rm.add_argument("group")
+    which = rm.add_mutually_exclusive_group(required=True)
+    which.add_argument("--instance-id", help="a static member's instance id")
+    which.add_argument("--member-id", help="a member id (as shown by describe)")
     return p
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from services.common.operator import OperatorError, ensure_can_listen, one_line
@@ -89,7 +90,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="server configuration override (repeatable)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    serve.add_argument(
+        "--no-migrate",
+        action="store_true",
+        default=_env("NO_MIGRATE", "") not in ("", "0", "false"),
+        help="do not migrate the schema at start, only check it is current (a deployment's hook Job "
+        "runs `connect-coordinator migrate`)",
+    )
+    mig = sub.add_parser("migrate", help="bring the database schema to this version, then exit")
+    mig.add_argument(
+        "--database", default=_env("DATABASE", None), help="SQLAlchemy URL (default: SQLite ./data/coordinator.db)"
+    )
+    mig.add_argument(
+        "--wait-s",
+        type=float,
+        default=float(_env("MIGRATE_WAIT_S", "0") or 0),
+        help="keep retrying an unreachable database for this long (seconds, default %(default)s)",
+    )
+    mig.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     return parser
+
+
+def migrate_database(args: argparse.Namespace) -> int:
+    """`connect-coordinator migrate`: the schema migrations alone (Helm's pre-install/pre-upgrade hook)."""
+    url = args.database or default_sqlite_url()
+    deadline = time.monotonic() + max(args.wait_s, 0.0)
+    while True:
+        storage = Storage(url)
+        try:
+            storage.open()
+            break
+        except StorageError as e:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("database not ready (%s); retrying", e)
+            time.sleep(1.0)
+    storage.close()
+    print(f"connect-coordinator: schema of {url.rpartition('@')[2]} is current", flush=True)
+    return 0
 
 
 def load_server_config(config_file: str | None, sets: list[str]) -> ServerConfig:
@@ -135,7 +173,7 @@ async def serve(args: argparse.Namespace) -> int:
     assignors = assignor_directory(args)
     url = args.database or default_sqlite_url()
     storage = Storage(url)
-    await asyncio.to_thread(storage.open)
+    await asyncio.to_thread(storage.open, not args.no_migrate)
     # With assignor services, names are filled in by discovery (runtime.start, then periodically).
     coordinator = GroupCoordinator(config, {} if assignors is not None else None)
     runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
@@ -172,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
+        if args.command == "migrate":
+            return migrate_database(args)
         return asyncio.run(serve(args))
     except ValueError as e:
         print(f"connect-coordinator: {one_line(e)}", file=sys.stderr)

@@ -997,6 +997,51 @@ class GroupCoordinator:
                 self._delete_group(sink, group)
         return Result(sink.records, response)
 
+    def remove_members(self, req: admin_pb2.RemoveMembersRequest, now_ms: int) -> Result:
+        """Kafka's RemoveMembersFromConsumerGroup: remove members for good, by member_id or instance_id.
+
+        Safety: a removed member that is still active (not at -2) may still be running its work -- an
+        operator cannot know better than the coordinator -- so its items are held like a fenced
+        member's, until its session would have expired (the worker SDK stops by then); its next
+        heartbeat gets UNKNOWN_MEMBER_ID. A static member that left temporarily (-2) stopped its work
+        before leaving, so its items are released at once."""
+        sink = _Sink(self.state, now_ms)
+        response = admin_pb2.RemoveMembersResponse()
+        try:
+            validation.check_id(req.group_id, "group_id")
+            if not req.members:
+                raise invalid("members must name at least one member")
+            for i, who in enumerate(req.members):
+                if bool(who.member_id) == bool(who.instance_id):
+                    raise invalid(f"members[{i}]: give exactly one of member_id and instance_id")
+                validation.check_id(
+                    who.member_id or who.instance_id, f"members[{i}].{'member_id' if who.member_id else 'instance_id'}"
+                )
+            group = self.state.groups.get(req.group_id)
+            if group is None:
+                raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
+            removed = False
+            for who in req.members:
+                result = response.results.add(member_id=who.member_id, instance_id=who.instance_id)
+                mid = group.static_members.get(who.instance_id) if who.instance_id else who.member_id
+                member = group.members.get(mid) if mid else None
+                if member is None:
+                    name = f"instance_id '{who.instance_id}'" if who.instance_id else f"member '{who.member_id}'"
+                    result.error_code = ErrorCode.UNKNOWN_MEMBER_ID
+                    result.error_message = f"{name} is not a member of group '{group.group_id}'"
+                    continue
+                result.member_id, result.instance_id = member.member_id, member.meta.instance_id or ""
+                hold = member.member_epoch != STATIC_LEAVE_EPOCH
+                self._remove_member(sink, group, member, now_ms, reason=EventType.MEMBER_REMOVED, hold=hold)
+                removed = True
+            if removed:
+                self._after_change(sink, group, now_ms)
+            response.group_epoch = group.epoch
+        except ApiError as e:
+            del response.results[:]
+            response.error_code, response.error_message = e.code, e.message
+        return Result(sink.records, response)
+
     def _delete_group(self, sink: _Sink, group: Group) -> None:
         sink.event(group, EventType.GROUP_DELETED)
         sink.emit(GroupMetadata(group.group_id, None))

@@ -243,6 +243,7 @@ class EventType:
     MEMBER_FENCED = "member_fenced"
     MEMBER_EXPIRED = "member_expired"
     MEMBER_REPLACED = "static_member_replaced"
+    MEMBER_REMOVED = "member_removed"  # by an operator (RemoveMembers)
     GROUP_EPOCH_BUMPED = "group_epoch_bumped"
     ASSIGNMENT_REQUESTED = "assignment_requested"
     ASSIGNMENT_INSTALLED = "assignment_installed"

@@ -158,6 +158,14 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             "ListGroupEvents", admin_pb2.ListGroupEventsResponse, lambda: list_group_events(self.runtime, request)
         )
 
+    async def RemoveMembers(self, request: Any, context: Any) -> Any:
+        return await self._call(
+            "RemoveMembers",
+            admin_pb2.RemoveMembersResponse,
+            lambda: self.runtime.handle(self.core.remove_members, request),
+            lambda r: r.error_code or _first_group_error(r),
+        )
+
 
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")

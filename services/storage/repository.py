@@ -175,8 +175,9 @@ class Storage:
             raise StorageError("storage is not open")
         return self._engine
 
-    def open(self) -> None:
-        """Connect and bring the schema to the latest migration."""
+    def open(self, migrate_schema: bool = True) -> None:
+        """Connect and bring the schema to the latest migration; with `migrate_schema=False` (the
+        migrations ran elsewhere, e.g. a deployment's hook Job) only check that it is there."""
         if self._engine is not None:
             return
         engine = self._create_engine()
@@ -185,9 +186,21 @@ class Storage:
             # Two processes opening a fresh database at once must not both create the schema:
             # SQLite takes the write lock up front, PostgreSQL an advisory lock for the transaction.
             with self._connect(write=True) as conn, conn.begin():
+                if not migrate_schema:
+                    current, head = migrate.current_revision(conn), migrate.head_revision()
+                    if current != head:
+                        raise StorageError(
+                            f"the schema is at revision {current or 'none'}, this version needs {head}: "
+                            "run `connect-coordinator migrate` first"
+                        )
+                    return
                 if self._dialect == "postgresql":
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
                 migrate.upgrade(conn)
+        except StorageError:
+            self._engine = None
+            engine.dispose()
+            raise
         except Exception as e:
             self._engine = None
             engine.dispose()

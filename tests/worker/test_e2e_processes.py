@@ -130,8 +130,10 @@ def test_graceful_close_leaves_at_once_and_the_work_moves(
     assert "leave" in proc.log() or "left" in proc.log()
 
 
+# SIGTERM is what Kubernetes sends on a rolling restart; SIGUSR1 is the explicit planned restart.
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM"])
 def test_static_member_bounce_gets_its_work_back_without_a_rebalance(
-    processes: Processes, worker_coordinator: ManagedProcess, admin: Admin, tmp_path: Path
+    processes: Processes, worker_coordinator: ManagedProcess, admin: Admin, tmp_path: Path, sig: signal.Signals
 ) -> None:
     # Room for a slow interpreter start: the -2 member is kept until its session expires.
     admin.set_config("session.timeout.ms", "10000")
@@ -147,11 +149,12 @@ def test_static_member_bounce_gets_its_work_back_without_a_rebalance(
     epoch = admin.describe().group_epoch
     assert mine
 
-    proc.send_signal(signal.SIGUSR1)  # planned restart: stop, leave with -2, exit
+    proc.send_signal(sig)  # planned restart: stop, leave with -2, exit
     assert proc.wait(10) == 0
     final = json.loads(status.read_text())
     assert final["state"] == "unsubscribed" and Items.from_json(final["running"]) == Items()
     assert admin.describe().group_epoch == epoch, "a temporary leave is not a rebalance"
+    assert {m.member_id: m.member_epoch for m in admin.describe().members}[snap.docs[status]["member_id"]] == -2
 
     def nobody_else_moves(s: Snapshot) -> None:
         assert {p: s.running(p) for p in s.docs if p != status} == others

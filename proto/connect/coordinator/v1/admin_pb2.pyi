@@ -302,3 +302,43 @@ class ListGroupEventsResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[GroupEvent]
     next_event_id: int
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., events: _Optional[_Iterable[_Union[GroupEvent, _Mapping]]] = ..., next_event_id: _Optional[int] = ...) -> None: ...
+
+class MemberIdentity(_message.Message):
+    __slots__ = ("member_id", "instance_id")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
+
+class RemoveMembersRequest(_message.Message):
+    __slots__ = ("group_id", "members")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    members: _containers.RepeatedCompositeFieldContainer[MemberIdentity]
+    def __init__(self, group_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberIdentity, _Mapping]]] = ...) -> None: ...
+
+class RemovedMember(_message.Message):
+    __slots__ = ("member_id", "instance_id", "error_code", "error_message")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    instance_id: str
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class RemoveMembersResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "results", "group_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    results: _containers.RepeatedCompositeFieldContainer[RemovedMember]
+    group_epoch: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RemovedMember, _Mapping]]] = ..., group_epoch: _Optional[int] = ...) -> None: ...

@@ -75,6 +75,11 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
                 response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
                 _registered_method=True)
+        self.RemoveMembers = channel.unary_unary(
+                '/connect.coordinator.v1.ConnectGroupAdmin/RemoveMembers',
+                request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.SerializeToString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -131,6 +136,16 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveMembers(self, request, context):
+        """Removes members for good, Kafka's RemoveMembersFromConsumerGroup: typically a static member
+        (named by instance_id) whose worker is gone and must not come back. The group epoch bumps and
+        the removed member's work is reassigned; work a still-active member owned is held until its
+        session would have expired (its worker may still be running it), like a fenced member's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +188,11 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.ListGroupEvents,
                     request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.FromString,
                     response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.SerializeToString,
+            ),
+            'RemoveMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMembers,
+                    request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.FromString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -392,6 +412,33 @@ class ConnectGroupAdmin:
             '/connect.coordinator.v1.ConnectGroupAdmin/ListGroupEvents',
             connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
             connect_dot_coordinator_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.coordinator.v1.ConnectGroupAdmin/RemoveMembers',
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.SerializeToString,
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.FromString,
             options,
             channel_credentials,
             insecure,
