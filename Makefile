@@ -21,6 +21,10 @@ BUF_STAMP := $(TOOLS)/node_modules/.installed
 # The Node.js example assignor (examples/assignors/node): its tests start it for real.
 NODE_EXAMPLE := examples/assignors/node
 NODE_EXAMPLE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
+# checkov pins its dependencies tightly: its own venv, so that it never fights the project's pins.
+CHECKOV_VENV := $(TOOLS)/checkov-venv
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+CHECKOV_VERSION := 3.3.30
 
 # Extra arguments for `make up`, e.g. ARGS='--listen 0.0.0.0:8470', and for pytest (`make test`,
 # `make pytest`), e.g. PYTEST_ARGS='-k heartbeat -x'.
@@ -42,12 +46,12 @@ STEP = step() { \
   return $$rc; \
 }
 
-.PHONY: help setup system up test lint pytest proto bench clean distclean
+.PHONY: help setup system up test lint pytest proto bench clean distclean images compose-up compose-down
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-setup: system $(PY_STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP) ## install everything the other targets need (quick when done)
+setup: system $(PY_STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP) $(CHECKOV_STAMP) ## install everything the other targets need (quick when done)
 
 system: ## Debian packages the tests need (PostgreSQL server, ...); apt-get only when missing
 	@$(STEP); step "system packages" scripts/setup_system.sh
@@ -68,6 +72,20 @@ $(NODE_EXAMPLE_STAMP): $(NODE_EXAMPLE)/package.json $(NODE_EXAMPLE)/package-lock
 	@$(STEP); step "npm ci (example assignor) in $(NODE_EXAMPLE)" \
 	  npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund --loglevel=error
 	@touch $@
+
+$(CHECKOV_STAMP): | system
+	@$(STEP); step "checkov $(CHECKOV_VERSION) into $(CHECKOV_VENV)" \
+	  bash -c '$(PYTHON) -m venv $(CHECKOV_VENV) && $(CHECKOV_VENV)/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)'
+	@touch $@
+
+images: setup ## build the four images (docker or podman; local stand-in bases where no registry is reachable)
+	@$(STEP); step "images" $(BIN)/python scripts/containers.py images
+
+compose-up: setup ## build the images, then start docker/compose.yaml (coordinator 127.0.0.1:8470, Prometheus :9090)
+	@$(STEP); step "compose up" $(BIN)/python scripts/containers.py compose-up
+
+compose-down: ## stop the compose stack and remove its containers and network
+	@$(STEP); step "compose down" $(BIN)/python scripts/containers.py compose-down
 
 up: setup ## set up, then run the system locally in the foreground (scripts/up.sh)
 	@scripts/up.sh $(ARGS)
@@ -103,5 +121,5 @@ clean: ## remove caches and build leftovers (keeps .venv, .tools and data/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks build dist *.egg-info bench/out
 	find . -path ./.venv -prune -o -path ./$(TOOLS)/node_modules -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean ## also remove .venv and the node_modules folders (the next `make setup` reinstalls them)
-	rm -rf $(VENV) $(TOOLS)/node_modules $(NODE_EXAMPLE)/node_modules
+distclean: clean ## also remove .venv, the node_modules folders and the checkov venv (the next `make setup` reinstalls them)
+	rm -rf $(VENV) $(TOOLS)/node_modules $(NODE_EXAMPLE)/node_modules $(CHECKOV_VENV)

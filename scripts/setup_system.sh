@@ -32,7 +32,8 @@ need "nodejs npm" have_cmd npm                      # installs the buf CLI into 
 need "prometheus" prometheus_present                # e2e tests scrape /metrics with a real server + promtool
 # Container images (issue 9): podman + runc build and run them, debootstrap makes the local stand-in
 # base images (no registry is reachable here), podman-compose runs docker/compose.yaml.
-need "podman runc buildah aardvark-dns netavark" have_cmd podman
+need "podman runc buildah aardvark-dns netavark iptables" have_cmd podman
+need "iptables" have_cmd iptables                   # netavark (podman networks) sets up NAT with it
 need "debootstrap" have_cmd debootstrap
 need "podman-compose" have_cmd podman-compose
 

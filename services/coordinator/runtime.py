@@ -304,6 +304,7 @@ class CoordinatorRuntime:
                 EventType.MEMBER_LEFT,
                 EventType.MEMBER_FENCED,
                 EventType.MEMBER_EXPIRED,
+                EventType.MEMBER_REMOVED,
             ):
                 self.metrics.member_events.labels(r.event).inc()
             elif r.event == EventType.ASSIGNMENT_INSTALLED:
