@@ -266,8 +266,9 @@ def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -
         cmd = [engine(), "build", "-f", str(DOCKERFILE), "--target", IMAGES[name], "-t", ref]
         if base_image:
             cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
-        cmd += ["--build-arg", f"VERSION={version()}", "--build-arg", f"REVISION={_revision()}"]
-        cmd += ["--build-arg", f"CREATED={created}", str(ROOT)]
+        for key, value in (("version", version()), ("revision", _revision()), ("created", created)):
+            cmd += ["--label", f"org.opencontainers.image.{key}={value}"]
+        cmd.append(str(ROOT))
         run(cmd)
         built[name] = ref
     return built
@@ -309,15 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--standins", choices=["auto", "always", "never"], default="auto")
     sub.add_parser("standins").add_argument("--force", action="store_true", help="rebuild even if present")
-    sub.add_parser("compose-down").add_argument("--standins", choices=["auto", "always", "never"], default="auto")
+    sub.add_parser("compose-down")
     args = parser.parse_args(argv)
     try:
         if args.command == "standins":
             build_standins(args.force)
             return 0
-        standins = args.standins == "always" or (
-            args.standins == "auto" and (args.command == "compose-down" and image_exists(STANDIN_POSTGRES))
-        )
+        standins = False  # `down` does not depend on which images the services run
         if args.command in ("images", "compose-up"):
             standins = use_standins(args.standins)
             refs = build_standins() if standins else {}

@@ -205,19 +205,23 @@ def test_coordinator_and_assignor_serve_health_as_non_root_and_stop_gracefully_o
 def test_the_coordinator_image_migrates_and_serves_without_migrating(
     images: dict[str, str], ctrs: Containers, postgres_db_url: str
 ) -> None:
-    """The Helm hook Job's `connect-coordinator migrate`, then `serve --no-migrate` (PostgreSQL on the host)."""
-    url = postgres_db_url.replace("127.0.0.1", "host.containers.internal").replace(
-        "localhost", "host.containers.internal"
-    )
+    """The Helm hook Job's `connect-coordinator migrate`, then `serve --no-migrate` (the test PostgreSQL
+    listens on the host's loopback: the containers share the host's network)."""
     ref = images["connect-coordinator"]
-    host = ("--add-host", "host.containers.internal:host-gateway") if containers.engine() == "docker" else ()
-    port = free_port()
-    refused = engine("run", "--rm", "--read-only", *host, ref, "serve", "--no-migrate", "--database", url, check_=False)
+    net = ("--network", "host")
+    refused = engine(
+        "run", "--rm", "--read-only", *net, ref, "serve", "--no-migrate", "--database", postgres_db_url, check_=False
+    )
     assert refused.returncode == 1 and "connect-coordinator migrate" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
-    migrated = engine("run", "--rm", "--read-only", *host, ref, "migrate", "--database", url)
+    migrated = engine("run", "--rm", "--read-only", *net, ref, "migrate", "--database", postgres_db_url)
     assert "is current" in migrated.stdout
-    ctrs.run("serve", ref, "serve", "--no-migrate", "--database", url, options=(*host, "-p", f"127.0.0.1:{port}:8470"))
+    port = free_port()
+    ctrs.run(
+        "serve", ref, "serve", "--no-migrate", "--database", postgres_db_url,
+        "--listen", f"127.0.0.1:{port}", "--metrics-listen", "",
+        options=net,
+    )  # fmt: skip
     wait_serving(f"127.0.0.1:{port}")
 
 
