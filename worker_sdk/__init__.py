@@ -12,6 +12,7 @@ Public surface:
 """
 
 from services.common.items import EMPTY, Items, TaskId
+from services.common.tls import ClientTls
 from worker_sdk._assign import assign_request, compute_and_install, install_request
 from worker_sdk._assignors import local_assignors, parse_assignor, parse_assignors
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
@@ -53,6 +54,7 @@ __all__ = [
     "AssignmentTask",
     "CallbackError",
     "ClientAssignor",
+    "ClientTls",
     "ConnectWorkerClient",
     "Effect",
     "FatalError",

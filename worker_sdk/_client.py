@@ -22,6 +22,7 @@ import services.assignor
 from connect.coordinator.v1 import coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
+from services.common.tls import ClientTls, aio_channel
 from worker_sdk._assign import AssignFn, compute_and_install
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
@@ -91,7 +92,9 @@ class ConnectWorkerClient:
         # or: await client.restart_leave()   # static member: stop, leave with -2 (rejoin later)
 
     `coordinator` is "HOST:PORT" (the client owns a channel) or a grpc.aio.Channel (shared,
-    e.g. by many simulated workers; the caller closes it). Callback exceptions are logged, the
+    e.g. by many simulated workers; the caller closes it). With `tls` (a `ClientTls`: CA, and a
+    client certificate for mTLS) the owned channel is a TLS channel; its files are read when the
+    channel is created, so a client started after a rotation uses the new certificate. Callback exceptions are logged, the
     remaining callbacks still run, the effect counts as done, and the first exception of each
     effect goes to `on_callback_error` (and `last_callback_error`).
     """
@@ -115,6 +118,7 @@ class ConnectWorkerClient:
         clock: Callable[[], float] = time.monotonic,
         on_callback_error: Callable[[CallbackError], Awaitable[None] | None] | None = None,
         on_change: Callable[[ConnectWorkerClient], None] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         if config is None:
             config = MemberConfig(
@@ -130,9 +134,7 @@ class ConnectWorkerClient:
         self.member = Member(config, rng=self.rng)
         self.listener = listener
         self._owns_channel = isinstance(coordinator, str)
-        self._channel: grpc.aio.Channel = (
-            grpc.aio.insecure_channel(coordinator) if isinstance(coordinator, str) else coordinator
-        )
+        self._channel: grpc.aio.Channel = aio_channel(coordinator, tls) if isinstance(coordinator, str) else coordinator
         self._stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self._channel)
         self.metrics: WorkerMetrics | None = (
             metrics if isinstance(metrics, WorkerMetrics) else (WorkerMetrics(clock=clock) if metrics else None)

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from services.common.items import EMPTY, Items
+from services.common.tls import ClientTls
 from worker_sdk._client import ConnectWorkerClient
 from worker_sdk._member import DEFAULT_ASSIGNORS, ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
@@ -48,6 +49,7 @@ class ReferenceWorker:
         request_timeout_ms: int = 5_000,
         rng: random.Random | None = None,
         metrics: WorkerMetrics | bool = True,
+        tls: ClientTls | None = None,
     ) -> None:
         self.name = name
         self.stop_delay_s = stop_delay_ms / 1000
@@ -70,6 +72,7 @@ class ReferenceWorker:
             request_timeout_ms=request_timeout_ms,
             rng=rng,
             metrics=metrics,
+            tls=tls,
             on_change=lambda _c: self.write_status(),
         )
 

@@ -26,10 +26,10 @@ import random
 import signal
 import sys
 
-import grpc
 from prometheus_client import start_http_server
 
 from services.common.operator import OperatorError, ensure_can_listen, one_line
+from services.common.tls import ClientTls, add_client_tls_flags, aio_channel
 from worker_sdk._assignors import parse_assignors, remote_only
 from worker_sdk._client import FatalError
 from worker_sdk._metrics import WorkerMetrics
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", default="", help="serve Prometheus /metrics on HOST:PORT ('' disables)")
     p.add_argument("--seed", type=int, default=None, help="seed of the retry jitter (default: random)")
     p.add_argument("--log-level", default="INFO")
+    add_client_tls_flags(p, "CONNECT_WORKER_")
     return p
 
 
@@ -87,7 +88,8 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
         )
     rng = random.Random(args.seed)
     # One channel and one metrics registry for the whole process: simulated workers add up.
-    channel = grpc.aio.insecure_channel(args.coordinator) if n > 1 else None
+    tls = ClientTls.from_flags(args.tls_ca, args.tls_cert, args.tls_key)
+    channel = aio_channel(args.coordinator, tls) if n > 1 else None
     metrics = WorkerMetrics()
     workers = []
     for i in range(n):
@@ -107,6 +109,7 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
                 request_timeout_ms=args.request_timeout_ms,
                 rng=random.Random(rng.random()),
                 metrics=metrics,
+                tls=tls,
             )
         )
     if args.metrics_listen:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from services.assignor.server import start_server
 from services.common.operator import OperatorError, ensure_can_listen, one_line
+from services.common.tls import ServerTls
 
 DEFAULT_LISTEN = "127.0.0.1:8471"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9471"
@@ -35,6 +36,27 @@ def _parser() -> argparse.ArgumentParser:
         help="Prometheus /metrics address; empty disables it "
         f"(env CONNECT_ASSIGNOR_METRICS_LISTEN, default {DEFAULT_METRICS_LISTEN})",
     )
+    env = os.environ.get
+    serve.add_argument("--tls-cert", default=env("CONNECT_ASSIGNOR_TLS_CERT"), metavar="FILE", help="serve TLS")
+    serve.add_argument("--tls-key", default=env("CONNECT_ASSIGNOR_TLS_KEY"), metavar="FILE")
+    serve.add_argument(
+        "--tls-client-ca",
+        default=env("CONNECT_ASSIGNOR_TLS_CLIENT_CA"),
+        metavar="FILE",
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    serve.add_argument(
+        "--health-listen",
+        default=env("CONNECT_ASSIGNOR_HEALTH_LISTEN"),
+        metavar="HOST:PORT",
+        help="plaintext gRPC health service only (for probes when TLS is on)",
+    )
+    serve.add_argument(
+        "--reflection",
+        action="store_true",
+        default=(env("CONNECT_ASSIGNOR_REFLECTION") or "").lower() in ("1", "true", "yes"),
+        help="serve gRPC reflection under TLS too (always on without TLS)",
+    )
     serve.add_argument(
         "--log-level",
         type=str.upper,
@@ -44,10 +66,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(listen: str, metrics_listen: str | None) -> int:
-    running = await start_server(listen, metrics_listen)
+async def _serve(args: argparse.Namespace) -> int:
+    tls = ServerTls.from_flags(args.tls_cert, args.tls_key, args.tls_client_ca)
+    running = await start_server(
+        args.listen,
+        args.metrics_listen or None,
+        tls=tls,
+        health_listen=args.health_listen or None,
+        reflection_enabled=True if args.reflection else None,
+    )
     # One line on stdout: scripts and tests that start us on port 0 read the bound address from it.
     print(f"connect-assignor listening on {running.address}", flush=True)
+    if running.health_port:
+        logging.getLogger(__name__).info("health service (plaintext) on port %d", running.health_port)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -67,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_can_listen(args.listen, "--listen")
         if args.metrics_listen:
             ensure_can_listen(args.metrics_listen, "--metrics-listen")
-        return asyncio.run(_serve(args.listen, args.metrics_listen or None))
+        if args.health_listen:
+            ensure_can_listen(args.health_listen, "--health-listen")
+        return asyncio.run(_serve(args))
     except (RuntimeError, OSError, ValueError, OperatorError) as e:
         # Cannot bind, or a malformed address: say so in one line rather than with a traceback.
         print(f"connect-assignor: {one_line(e)}", file=sys.stderr)

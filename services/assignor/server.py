@@ -25,6 +25,7 @@ from prometheus_client import start_http_server
 from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc, common_pb2
 from services.assignor import _proto, metrics
 from services.common import reflection
+from services.common.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +94,15 @@ class RunningServer:
     port: int
     metrics_port: int | None
     _metrics_httpd: WSGIServer | None
+    health_port: int | None = None
+    _health_server: grpc.aio.Server | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING first so that load balancers drain, then finish in-flight RPCs."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self._health_server is not None:
+            await self._health_server.stop(None)
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
@@ -111,9 +116,19 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def start_server(listen: str, metrics_listen: str | None = None) -> RunningServer:
+async def start_server(
+    listen: str,
+    metrics_listen: str | None = None,
+    *,
+    tls: ServerTls | None = None,
+    health_listen: str | None = None,
+    reflection_enabled: bool | None = None,
+) -> RunningServer:
     """Start the service on ``listen`` (port 0 picks a free one) and, if given, /metrics on ``metrics_listen``.
 
+    With ``tls`` the service is served over TLS only (mTLS if it has a client CA); ``health_listen``
+    then serves the health service alone in plaintext (for Kubernetes probes). Reflection is on
+    without TLS, off with TLS unless ``reflection_enabled``.
     Must be awaited inside the event loop that will run the server.
     """
     host, _ = split_host_port(listen)
@@ -121,8 +136,17 @@ async def start_server(listen: str, metrics_listen: str | None = None) -> Runnin
     assignor_pb2_grpc.add_ConnectAssignorServicer_to_server(AssignorServicer(), server)
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
-    port = server.add_insecure_port(listen)  # raises RuntimeError if it cannot bind
+    if reflection_enabled if reflection_enabled is not None else tls is None:
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
+    # Either raises RuntimeError if it cannot bind.
+    port = server.add_insecure_port(listen) if tls is None else server.add_secure_port(listen, tls.credentials())
+    health_server: grpc.aio.Server | None = None
+    health_port: int | None = None
+    if health_listen:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_port = health_server.add_insecure_port(health_listen)
+        await health_server.start()
 
     httpd: WSGIServer | None = None
     metrics_port: int | None = None
@@ -136,4 +160,4 @@ async def start_server(listen: str, metrics_listen: str | None = None) -> Runnin
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     log.info("connect-assignor listening on %s (metrics port %s)", address, metrics_port)
-    return RunningServer(server, health_servicer, address, port, metrics_port, httpd)
+    return RunningServer(server, health_servicer, address, port, metrics_port, httpd, health_port, health_server)

@@ -28,6 +28,7 @@ from google.protobuf.json_format import MessageToDict
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.tls import ClientTls, TlsError, add_client_tls_flags, sync_channel
 from services.coordinator import admin_views
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("CONNECT_COORDINATOR_ADDRESS", "127.0.0.1:8470"),
         help="HOST:PORT (default %(default)s)",
     )
+    add_client_tls_flags(p, "CONNECT_GROUPS_")
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     sub = p.add_subparsers(dest="command", required=True)
@@ -256,7 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with grpc.insecure_channel(args.coordinator) as channel:
+    try:
+        tls = ClientTls.from_flags(args.tls_ca, args.tls_cert, args.tls_key)
+    except TlsError as e:
+        print(f"connect-groups: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with sync_channel(args.coordinator, tls) as channel:
         stub = admin_pb2_grpc.ConnectGroupAdminStub(channel)
         try:
             return run(args, stub)

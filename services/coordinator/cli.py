@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from services.common.operator import OperatorError, ensure_can_listen, one_line
+from services.common.tls import ClientTls, ServerTls
+from services.coordinator.authorizer import AclFile, Authorizer
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator
 from services.coordinator.discovery import AssignorDirectory
@@ -90,6 +92,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="server configuration override (repeatable)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    # Security (SPEC §9). Each also from CONNECT_COORDINATOR_<FLAG>.
+    sec = serve.add_argument_group("security")
+    sec.add_argument(
+        "--tls-cert", default=_env("TLS_CERT", None), metavar="FILE", help="serve TLS with this certificate"
+    )
+    sec.add_argument("--tls-key", default=_env("TLS_KEY", None), metavar="FILE", help="the certificate's private key")
+    sec.add_argument(
+        "--tls-client-ca",
+        default=_env("TLS_CLIENT_CA", None),
+        metavar="FILE",
+        help="require client certificates (mTLS)",
+    )
+    sec.add_argument(
+        "--health-listen",
+        default=_env("HEALTH_LISTEN", None),
+        metavar="HOST:PORT",
+        help="plaintext gRPC health service only (for probes when TLS is on)",
+    )
+    sec.add_argument(
+        "--reflection",
+        action="store_true",
+        default=(_env("REFLECTION", "") or "").lower() in ("1", "true", "yes"),
+        help="serve gRPC reflection under TLS too (always on without TLS)",
+    )
+    sec.add_argument("--acl-file", default=_env("ACL_FILE", None), metavar="FILE", help="ACLs (YAML); none: allow all")
+    sec.add_argument("--assignor-tls-ca", default=_env("ASSIGNOR_TLS_CA", None), metavar="FILE")
+    sec.add_argument("--assignor-tls-cert", default=_env("ASSIGNOR_TLS_CERT", None), metavar="FILE")
+    sec.add_argument("--assignor-tls-key", default=_env("ASSIGNOR_TLS_KEY", None), metavar="FILE")
     serve.add_argument(
         "--no-migrate",
         action="store_true",
@@ -146,9 +176,10 @@ def load_server_config(config_file: str | None, sets: list[str]) -> ServerConfig
     return ServerConfig.from_properties(props)
 
 
-def assignor_directory(args: argparse.Namespace) -> AssignorDirectory | None:
+def assignor_directory(args: argparse.Namespace, tls: ClientTls | None = None) -> AssignorDirectory | None:
     """The assignor services of --assignor-address (None: client-side mode only). Clients are
-    built here and only here (the directory makes a fresh one when a service comes back)."""
+    built here and only here (the directory makes a fresh one when a service comes back, reading
+    the --assignor-tls-* files anew: a rotated client certificate is picked up then)."""
     addresses = [a.strip() for item in args.assignor_address for a in item.split(",") if a.strip()]
     if not addresses:
         return None
@@ -159,7 +190,7 @@ def assignor_directory(args: argparse.Namespace) -> AssignorDirectory | None:
     if args.assignor_refresh_interval <= 0:
         raise ValueError("--assignor-refresh-interval must be > 0")
     return AssignorDirectory(
-        addresses, lambda address: AssignorClient(address), refresh_interval_s=args.assignor_refresh_interval
+        addresses, lambda address: AssignorClient(address, tls), refresh_interval_s=args.assignor_refresh_interval
     )
 
 
@@ -170,7 +201,15 @@ async def serve(args: argparse.Namespace) -> int:
     ensure_can_listen(args.listen, "--listen")
     if args.metrics_listen:
         ensure_can_listen(args.metrics_listen, "--metrics-listen")
-    assignors = assignor_directory(args)
+    if args.health_listen:
+        ensure_can_listen(args.health_listen, "--health-listen")
+    # Certificates and ACLs are checked before anything starts: a bad file is one line and exit 2.
+    tls = ServerTls.from_flags(args.tls_cert, args.tls_key, args.tls_client_ca)
+    assignor_tls = ClientTls.from_flags(
+        args.assignor_tls_ca, args.assignor_tls_cert, args.assignor_tls_key, flag_prefix="--assignor-tls"
+    )
+    authorizer = Authorizer(AclFile(args.acl_file) if args.acl_file else None)
+    assignors = assignor_directory(args, assignor_tls)
     url = args.database or default_sqlite_url()
     storage = Storage(url)
     await asyncio.to_thread(storage.open, not args.no_migrate)
@@ -178,9 +217,24 @@ async def serve(args: argparse.Namespace) -> int:
     coordinator = GroupCoordinator(config, {} if assignors is not None else None)
     runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
     await runtime.start()
-    running = await start_server(runtime, args.listen, args.metrics_listen or None)
+    running = await start_server(
+        runtime,
+        args.listen,
+        args.metrics_listen or None,
+        tls=tls,
+        health_listen=args.health_listen or None,
+        reflection_enabled=True if args.reflection else None,
+        authorizer=authorizer,
+    )
     host = args.listen.rpartition(":")[0]
     print(f"connect-coordinator listening on {host}:{running.port}", flush=True)
+    if running.health_port:
+        log.info("health service (plaintext) on %s:%d", args.health_listen.rpartition(":")[0], running.health_port)
+    log.info(
+        "TLS %s; ACLs %s",
+        ("on, client certificates required" if tls.client_ca else "on") if tls else "off",
+        f"from {args.acl_file}" if args.acl_file else "off (everything allowed)",
+    )
     if running.metrics_port:
         log.info(
             "metrics on http://%s:%d/metrics", (args.metrics_listen or "").rpartition(":")[0], running.metrics_port

@@ -27,6 +27,20 @@ class ServerConfig:
     assignment_retry_backoff_max_ms: int = 30_000
     # Service mode: deadline of one Assign call to the assignor service.
     assignor_timeout_ms: int = 10_000
+    # Bounds on input (SPEC §9): beyond them a request gets INVALID_REQUEST naming the field and limit.
+    # Largest request the server reads (gRPC refuses a larger one with RESOURCE_EXHAUSTED unread).
+    max_request_bytes: int = 16 * 1024 * 1024
+    # Group, member, instance, connector, assignor and config names; config values.
+    max_id_length: int = 255
+    # Items in one request: owned connectors + tasks, install targets, group ids, config entries.
+    max_items_per_request: int = 200_000
+    # Members per group, whatever max.size says (a join beyond it: GROUP_MAX_SIZE_REACHED).
+    max_members_per_group: int = 10_000
+    max_connectors_per_group: int = 10_000
+    max_tasks_per_group: int = 100_000
+    max_tasks_per_connector: int = 10_000
+    # Largest rebalance_timeout_ms a member may ask for (Connect's rebalance.timeout.ms is 60 s).
+    max_rebalance_timeout_ms: int = 3_600_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -41,6 +55,14 @@ class ServerConfig:
         "group.connect.assignment.retry.backoff.ms": "assignment_retry_backoff_ms",
         "group.connect.assignment.retry.backoff.max.ms": "assignment_retry_backoff_max_ms",
         "group.connect.assignor.timeout.ms": "assignor_timeout_ms",
+        "group.connect.max.request.bytes": "max_request_bytes",
+        "group.connect.max.id.length": "max_id_length",
+        "group.connect.max.items.per.request": "max_items_per_request",
+        "group.connect.max.members.per.group": "max_members_per_group",
+        "group.connect.max.connectors.per.group": "max_connectors_per_group",
+        "group.connect.max.tasks.per.group": "max_tasks_per_group",
+        "group.connect.max.tasks.per.connector": "max_tasks_per_connector",
+        "group.connect.max.rebalance.timeout.ms": "max_rebalance_timeout_ms",
     }
 
     @classmethod
@@ -70,6 +92,21 @@ class ServerConfig:
             raise ValueError("group.connect.heartbeat.interval.ms must be smaller than the session timeout")
         if self.max_size < 1:
             raise ValueError("group.connect.max.size must be >= 1")
+        by_attr = {v: k for k, v in self.KEYS.items()}
+        for attr in (
+            "max_request_bytes",
+            "max_id_length",
+            "max_items_per_request",
+            "max_members_per_group",
+            "max_connectors_per_group",
+            "max_tasks_per_group",
+            "max_tasks_per_connector",
+            "max_rebalance_timeout_ms",
+        ):
+            if getattr(self, attr) < 1:
+                raise ValueError(f"{by_attr[attr]} must be >= 1")
+        if self.max_request_bytes > INT32_MAX:
+            raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
 
     def as_properties(self) -> dict[str, str]:
         by_attr = {v: k for k, v in self.KEYS.items()}

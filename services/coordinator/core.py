@@ -45,7 +45,7 @@ from services.coordinator.config import (
     effective_group_configs,
     validate_group_configs,
 )
-from services.coordinator.errors import ApiError, invalid
+from services.coordinator.errors import ApiError, clip, invalid
 from services.coordinator.explain import SERVICE_LABEL
 from services.coordinator.reconciliation import next_assignment
 from services.coordinator.records import (
@@ -76,7 +76,6 @@ from services.coordinator.state import (
 from services.coordinator.timers import Timer
 
 GROUP_TYPE = "connect"
-MAX_TASKS_PER_CONNECTOR = 100_000
 
 
 @dataclass
@@ -170,7 +169,7 @@ class GroupCoordinator:
     def heartbeat(self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_heartbeat(req)
+            validation.check_heartbeat(req, self.config)
             handler = self._leave if req.member_epoch < 0 else self._heartbeat
             response = handler(sink, req, now_ms)
         except ApiError as e:
@@ -303,6 +302,12 @@ class GroupCoordinator:
                 raise ApiError(
                     ErrorCode.GROUP_MAX_SIZE_REACHED,
                     f"group '{group.group_id}' has reached its max.size of {max_size} members",
+                )
+            if len(group.members) >= self.config.max_members_per_group:
+                raise ApiError(
+                    ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    f"group '{group.group_id}' has {len(group.members)} members: "
+                    f"group.connect.max.members.per.group is {self.config.max_members_per_group}",
                 )
         self._check_assignors(group, [m.meta.assignors for m in others] + [meta.assignors], meta.assignors)
         mid = req.member_id or self.new_member_id()
@@ -728,7 +733,7 @@ class GroupCoordinator:
     def prepare_assignment(self, req: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_member_request(req.group_id, req.member_id, req.member_epoch)
+            validation.check_member_request(req.group_id, req.member_id, req.member_epoch, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
             name = self._selected_assignor(group)
             snapshot = self._prepare(group, inflight, name, now_ms)
@@ -749,7 +754,7 @@ class GroupCoordinator:
     def install_assignment(self, req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_install(req)
+            validation.check_install(req, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
             if not inflight.prepared:
                 raise invalid("no assignment input was prepared: call ConnectGroupPrepareAssignment first")
@@ -906,10 +911,14 @@ class GroupCoordinator:
     def put_connector(self, req: admin_pb2.PutConnectorRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_id(req.group_id, "group_id")
-            validation.check_id(req.connector, "connector")
-            if not 0 <= req.task_count <= MAX_TASKS_PER_CONNECTOR:
-                raise invalid(f"task_count must be between 0 and {MAX_TASKS_PER_CONNECTOR}, got {req.task_count}")
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
+            validation.check_id(req.connector, "connector", cfg=self.config)
+            limit = self.config.max_tasks_per_connector
+            if not 0 <= req.task_count <= limit:
+                raise invalid(
+                    f"task_count must be between 0 and {limit} (group.connect.max.tasks.per.connector), got {req.task_count}"
+                )
+            self._check_group_bounds(req.group_id, req.connector, req.task_count)
             group = self._group_or_create(sink, req.group_id, now_ms)
             if group.connectors.get(req.connector) != req.task_count:
                 previous = group.connectors.get(req.connector)
@@ -921,11 +930,27 @@ class GroupCoordinator:
             response = admin_pb2.PutConnectorResponse(error_code=e.code, error_message=e.message)
         return Result(sink.records, response)
 
+    def _check_group_bounds(self, group_id: str, connector: str, task_count: int) -> None:
+        group = self.state.groups.get(group_id)
+        connectors = group.connectors if group is not None else {}
+        limit = self.config.max_connectors_per_group
+        if connector not in connectors and len(connectors) >= limit:
+            raise invalid(
+                f"connector: group '{clip(group_id)}' already has {len(connectors)} connectors "
+                f"(group.connect.max.connectors.per.group = {limit})"
+            )
+        tasks = sum(connectors.values()) - connectors.get(connector, 0) + task_count
+        if tasks > self.config.max_tasks_per_group:
+            raise invalid(
+                f"task_count: the group would have {tasks} tasks, more than "
+                f"group.connect.max.tasks.per.group = {self.config.max_tasks_per_group}"
+            )
+
     def delete_connector(self, req: admin_pb2.DeleteConnectorRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_id(req.group_id, "group_id")
-            validation.check_id(req.connector, "connector")
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
+            validation.check_id(req.connector, "connector", cfg=self.config)
             group = self.state.groups.get(req.group_id)
             if group is None:
                 raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
@@ -942,11 +967,11 @@ class GroupCoordinator:
     def alter_configs(self, req: admin_pb2.AlterConfigsRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         try:
-            validation.check_id(req.group_id, "group_id")
+            validation.check_alter_configs(req, self.config)
             set_: dict[str, str] = {}
             for i, entry in enumerate(req.set):
                 if entry.name in set_:
-                    raise invalid(f"set[{i}].name '{entry.name}' is listed twice")
+                    raise invalid(f"set[{i}].name '{clip(entry.name)}' is listed twice")
                 set_[entry.name] = entry.value
             group = self.state.groups.get(req.group_id)
             current = dict(group.configs) if group is not None else {}
@@ -978,14 +1003,17 @@ class GroupCoordinator:
     def delete_groups(self, req: admin_pb2.DeleteGroupsRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         response = admin_pb2.DeleteGroupsResponse()
+        try:
+            validation.check_group_ids(req.group_ids, self.config)
+        except ApiError as e:
+            response.results.add(error_code=e.code, error_message=e.message)
+            return Result(sink.records, response)
         for gid in req.group_ids:
-            result = response.results.add(group_id=gid)
+            error = self._group_id_error(gid)
+            result = response.results.add(group_id=gid if error is None else clip(gid))
             group = self.state.groups.get(gid)
-            if not gid:
-                result.error_code, result.error_message = (
-                    ErrorCode.INVALID_REQUEST,
-                    "group_ids: a group id must be non-empty",
-                )
+            if error is not None:
+                result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, error
             elif group is None:
                 result.error_code, result.error_message = ErrorCode.GROUP_ID_NOT_FOUND, f"group '{gid}' does not exist"
             elif group.members:
@@ -1008,14 +1036,17 @@ class GroupCoordinator:
         sink = _Sink(self.state, now_ms)
         response = admin_pb2.RemoveMembersResponse()
         try:
-            validation.check_id(req.group_id, "group_id")
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
             if not req.members:
                 raise invalid("members must name at least one member")
+            validation.check_count(len(req.members), "members", self.config)
             for i, who in enumerate(req.members):
                 if bool(who.member_id) == bool(who.instance_id):
                     raise invalid(f"members[{i}]: give exactly one of member_id and instance_id")
                 validation.check_id(
-                    who.member_id or who.instance_id, f"members[{i}].{'member_id' if who.member_id else 'instance_id'}"
+                    who.member_id or who.instance_id,
+                    f"members[{i}].{'member_id' if who.member_id else 'instance_id'}",
+                    cfg=self.config,
                 )
             group = self.state.groups.get(req.group_id)
             if group is None:
@@ -1042,6 +1073,13 @@ class GroupCoordinator:
             response.error_code, response.error_message = e.code, e.message
         return Result(sink.records, response)
 
+    def _group_id_error(self, gid: str) -> str | None:
+        try:
+            validation.check_id(gid, "group_ids: a group id", cfg=self.config)
+        except ApiError as e:
+            return e.message
+        return None
+
     def _delete_group(self, sink: _Sink, group: Group) -> None:
         sink.event(group, EventType.GROUP_DELETED)
         sink.emit(GroupMetadata(group.group_id, None))
@@ -1053,6 +1091,10 @@ class GroupCoordinator:
     # ---- read-only admin ------------------------------------------------------------------------
 
     def list_groups(self, req: admin_pb2.ListGroupsRequest) -> admin_pb2.ListGroupsResponse:
+        try:
+            validation.check_list_groups(req, self.config)
+        except ApiError as e:
+            return admin_pb2.ListGroupsResponse(error_code=e.code)  # the response has no message field
         states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
         response = admin_pb2.ListGroupsResponse()
@@ -1066,9 +1108,19 @@ class GroupCoordinator:
 
     def describe_groups(self, req: admin_pb2.DescribeGroupsRequest) -> admin_pb2.DescribeGroupsResponse:
         response = admin_pb2.DescribeGroupsResponse()
+        try:
+            validation.check_group_ids(req.group_ids, self.config)
+        except ApiError as e:
+            response.groups.add(error_code=e.code, error_message=e.message, group_state="Dead")
+            return response
         for gid in req.group_ids:
-            described = response.groups.add(group_id=gid)
-            group = self.state.groups.get(gid)
+            error = self._group_id_error(gid)
+            described = response.groups.add(group_id=gid if error is None else clip(gid))
+            group = self.state.groups.get(gid) if error is None else None
+            if error is not None:
+                described.error_code, described.error_message = ErrorCode.INVALID_REQUEST, error
+                described.group_state = "Dead"
+                continue
             if group is None:
                 described.error_code = ErrorCode.GROUP_ID_NOT_FOUND
                 described.error_message = f"group '{gid}' does not exist"
@@ -1099,6 +1151,9 @@ class GroupCoordinator:
         return response
 
     def describe_configs(self, req: admin_pb2.DescribeConfigsRequest) -> admin_pb2.DescribeConfigsResponse:
+        error = self._group_id_error(req.group_id)
+        if error is not None:
+            return admin_pb2.DescribeConfigsResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=error)
         group = self.state.groups.get(req.group_id)
         if group is None:
             return admin_pb2.DescribeConfigsResponse(
@@ -1128,20 +1183,39 @@ class GroupCoordinator:
             self.state.replay(record)
         sink = _Sink(self.state, now_ms)
         for group in list(self.state.groups.values()):
-            # When each member last heartbeat, and which session timeout it was told then, is not
-            # stored; the timeout may have been lowered since (group config, server default). A member
-            # must not be expired (its work freed) before it stops that work on its own, so the first
-            # deadline after a restart uses the largest timeout it can have been told.
-            session = max(self.session_timeout_ms(group), self.config.max_session_timeout_ms)
-            for mid, m in group.members.items():
-                m.session_deadline_ms = now_ms + session
-                self.timer.schedule(_session_key(group.group_id, mid), m.session_deadline_ms)
-                if m.current.state == MemberState.UNREVOKED_ITEMS:
-                    self.timer.schedule(("revocation", group.group_id, mid), now_ms + m.meta.rebalance_timeout_ms)
-                    m.revoking_since_ms = now_ms
-            for mid in group.held:
-                self.timer.schedule(("held", group.group_id, mid), now_ms + session)
-            if group.target.scheduled_rebalance_ms:
-                self.timer.schedule(("scheduled", group.group_id), group.target.scheduled_rebalance_ms)
-            self._after_change(sink, group, now_ms)
+            self._rearm(sink, group, now_ms)
         return Result(sink.records)
+
+    def reload_group(self, group_id: str, records: Iterable[Record], now_ms: int) -> Result:
+        """Replace one group by its stored records (after a commit touching it failed): the same
+        replay and re-arming as `load`, for that group only; every other group is untouched."""
+        self.state.groups.pop(group_id, None)
+        self.timer.cancel_group(group_id)
+        self._service_queue = [job for job in self._service_queue if job.group_id != group_id]
+        for record in records:
+            if record.group_id != group_id:
+                raise ValueError(f"record of group '{record.group_id}' in the reload of '{group_id}'")
+            self.state.replay(record)
+        sink = _Sink(self.state, now_ms)
+        group = self.state.groups.get(group_id)
+        if group is not None:
+            self._rearm(sink, group, now_ms)
+        return Result(sink.records)
+
+    def _rearm(self, sink: _Sink, group: Group, now_ms: int) -> None:
+        # When each member last heartbeat, and which session timeout it was told then, is not
+        # stored; the timeout may have been lowered since (group config, server default). A member
+        # must not be expired (its work freed) before it stops that work on its own, so the first
+        # deadline after a restart uses the largest timeout it can have been told.
+        session = max(self.session_timeout_ms(group), self.config.max_session_timeout_ms)
+        for mid, m in group.members.items():
+            m.session_deadline_ms = now_ms + session
+            self.timer.schedule(_session_key(group.group_id, mid), m.session_deadline_ms)
+            if m.current.state == MemberState.UNREVOKED_ITEMS:
+                self.timer.schedule(("revocation", group.group_id, mid), now_ms + m.meta.rebalance_timeout_ms)
+                m.revoking_since_ms = now_ms
+        for mid in group.held:
+            self.timer.schedule(("held", group.group_id, mid), now_ms + session)
+        if group.target.scheduled_rebalance_ms:
+            self.timer.schedule(("scheduled", group.group_id), group.target.scheduled_rebalance_ms)
+        self._after_change(sink, group, now_ms)

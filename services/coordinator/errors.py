@@ -17,3 +17,13 @@ class ApiError(Exception):
 
 def invalid(message: str) -> ApiError:
     return ApiError(ErrorCode.INVALID_REQUEST, message)
+
+
+ECHO_LIMIT = 64
+
+
+def clip(value: str, limit: int = ECHO_LIMIT) -> str:
+    """What of a client's string an error message may echo: at most `limit` characters."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}...({len(value)} characters)"

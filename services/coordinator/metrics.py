@@ -107,7 +107,26 @@ class CoordinatorMetrics:
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
         )
         self.storage_failures = Counter(
-            f"{PREFIX}_storage_failures_total", "Failed commits (each reloads state from storage).", registry=r
+            f"{PREFIX}_storage_failures_total",
+            "Failed batch commits (each is retried one request at a time to isolate the failing ones).",
+            registry=r,
+        )
+        self.reloaded_groups = Counter(
+            f"{PREFIX}_storage_reloaded_groups_total",
+            "Groups reloaded from storage because a commit touching them failed.",
+            registry=r,
+        )
+        self.authorization_failures = Counter(
+            f"{PREFIX}_authorization_failures_total",
+            "Requests (or groups of a multi-group request) denied by the ACLs, by method.",
+            ["method"],
+            registry=r,
+        )
+        self.unparsable_requests = Counter(
+            f"{PREFIX}_unparsable_requests_total",
+            "Requests whose bytes do not parse as the method's request message, by method.",
+            ["method"],
+            registry=r,
         )
         self.event_queue_size = Gauge(
             f"{PREFIX}_event_queue_size", "Records applied in memory and waiting to be committed.", registry=r

@@ -4,9 +4,14 @@ For each request: run the pure handler (its records are applied to memory as it 
 the records to the writer, and answer only once they are durable. The writer commits everything
 that accumulated while the previous commit ran in ONE transaction (group commit), off the loop in a
 thread so heartbeats keep flowing. A request that writes nothing still waits until everything it
-could have seen is durable, so no response ever reveals uncommitted state. If a commit fails, the
-state is reloaded from storage (memory never diverges from SQL) and the affected requests get
-COORDINATOR_NOT_AVAILABLE; while loading, requests get COORDINATOR_LOAD_IN_PROGRESS.
+could have seen is durable, so no response ever reveals uncommitted state.
+
+A failed commit costs only the request that caused it: the batch is committed again one request at
+a time; the request whose records fail (and every request built on the groups it touched) gets
+COORDINATOR_NOT_AVAILABLE, the others are committed and answered, and only the groups the failed
+records touched are reloaded from storage -- memory stays the replay of what is stored, and every
+other group keeps flowing. While the whole state loads (start, or when even that fails), requests
+get COORDINATOR_LOAD_IN_PROGRESS.
 
 Timers (sessions, revocations, delayed rebalances, ...) fire when the timer task polls the core.
 In service mode the runtime calls the assignor service serving the selected assignor name (see
@@ -21,13 +26,15 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.tls import ClientTls, aio_channel
 from services.coordinator.config import MODE_SERVICE
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.discovery import AssignorDirectory
@@ -37,6 +44,11 @@ from services.coordinator.state import STABLE
 from services.storage import Storage
 
 log = logging.getLogger("connect.coordinator")
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: a failure was logged where it happened
 
 
 def wall_clock_ms() -> int:
@@ -71,13 +83,42 @@ ASSIGNOR_SERVICE_CONFIG = json.dumps(
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+class StorageFailed(Exception):
+    """A request's records could not be committed (or were built on records that could not be)."""
+
+
+def _groups_of(records: Iterable[Record]) -> set[str]:
+    return {r.group_id for r in records}
+
+
+def _groups_of_request(request: Any) -> set[str] | None:
+    """The groups a request reads (None: possibly all of them, e.g. ListGroups or a timer poll)."""
+    gid = getattr(request, "group_id", None)
+    if isinstance(gid, str) and gid:
+        return {gid}
+    ids = getattr(request, "group_ids", None)
+    if ids is not None:
+        return set(ids)
+    return None
+
+
+@dataclass(slots=True)
+class _Write:
+    """One request's records, and the future its handler waits on until they are durable."""
+
+    records: list[Record]
+    future: asyncio.Future[None]
+    groups: set[str] = field(default_factory=set)
+
+
 class AssignorClient:
     """The assignor service, called with a deadline; UNAVAILABLE is retried by the channel."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
         self.address = address
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = aio_channel(
             address,
+            tls,
             options=[
                 ("grpc.service_config", ASSIGNOR_SERVICE_CONFIG),
                 ("grpc.enable_retries", 1),
@@ -128,9 +169,13 @@ class CoordinatorRuntime:
             if assignors.metrics is None:
                 assignors.metrics = self.metrics
         self.loaded = False
-        self._pending: list[Record] = []
-        self._pending_future: asyncio.Future[None] | None = None
-        self._writing_future: asyncio.Future[None] | None = None
+        self._pending: list[_Write] = []
+        self._pending_records = 0
+        # Resolved when the batch being gathered / being written is done, with the groups whose
+        # records failed (a reader that saw them must not answer from that state).
+        self._pending_done: asyncio.Future[frozenset[str]] | None = None
+        self._writing_done: asyncio.Future[frozenset[str]] | None = None
+        self._pending_taint: set[str] = set()
         self._writer_wakeup = asyncio.Event()
         self._timer_wakeup = asyncio.Event()
         self._timer_deadline: int | None = None
@@ -200,7 +245,7 @@ class CoordinatorRuntime:
         finally:
             self._busy_ns += time.perf_counter_ns() - started
         self._after_handler(result.records)
-        await self._commit(result.records)
+        await self._commit(result.records, request)
         return result.response
 
     async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
@@ -208,27 +253,28 @@ class CoordinatorRuntime:
         if not self.loaded:
             raise NotAvailable(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its state")
         response = reader(request)
-        await self.barrier()
+        await self._barrier_for(request)
         return response
 
-    async def barrier(self) -> None:
-        future = self._pending_future or self._writing_future
-        if future is not None:
-            await asyncio.shield(future)
+    async def barrier(self) -> frozenset[str]:
+        """Wait until everything applied so far is durable; the groups whose records failed meanwhile."""
+        future = self._pending_done or self._writing_done
+        if future is None:
+            return frozenset()
+        return await asyncio.shield(future)
 
-    async def _commit(self, records: list[Record]) -> None:
+    async def _barrier_for(self, request: Any) -> None:
+        failed = await self.barrier()
+        if failed:
+            groups = _groups_of_request(request)
+            if groups is None or groups & failed:
+                raise NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, "a storage write failed; retry")
+
+    async def _commit(self, records: list[Record], request: Any = None) -> None:
         if not records:
-            try:
-                await self.barrier()
-            except Exception:
-                raise NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, "a storage write failed; retry") from None
+            await self._barrier_for(request)
             return
-        self._pending.extend(records)
-        if self._pending_future is None:
-            self._pending_future = asyncio.get_running_loop().create_future()
-        future = self._pending_future
-        self.metrics.event_queue_size.set(len(self._pending))
-        self._writer_wakeup.set()
+        future = self._enqueue(records)
         try:
             await asyncio.shield(future)
         except Exception:
@@ -236,36 +282,129 @@ class CoordinatorRuntime:
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, "the state change could not be stored; retry"
             ) from None
 
+    def _enqueue(self, records: list[Record]) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append(_Write(records, future))
+        self._pending_records += len(records)
+        if self._pending_done is None:
+            self._pending_done = loop.create_future()
+        self.metrics.event_queue_size.set(self._pending_records)
+        self._writer_wakeup.set()
+        return future
+
     async def _writer(self) -> None:
         while True:
             await self._writer_wakeup.wait()
             self._writer_wakeup.clear()
             if not self._pending:
+                if self._pending_done is not None:  # every request of it failed with an earlier batch
+                    done, self._pending_done = self._pending_done, None
+                    done.set_result(frozenset(self._pending_taint))
+                    self._pending_taint = set()
                 continue
-            batch, future = self._pending, self._pending_future
-            self._pending, self._pending_future = [], None
-            assert future is not None
-            self._writing_future = future
+            batch, pending_done = self._pending, self._pending_done
+            self._pending, self._pending_done, self._pending_records = [], None, 0
+            carried, self._pending_taint = self._pending_taint, set()
+            assert pending_done is not None
+            done = pending_done
+            self._writing_done = done
             self.metrics.event_queue_size.set(0)
+            records = [r for w in batch for r in w.records]
             started = time.perf_counter()
             try:
-                await asyncio.to_thread(self.storage.write, batch)
+                await asyncio.to_thread(self.storage.write, records)
             except Exception as e:
-                log.exception("storage write of %d records failed; reloading state", len(batch))
                 self.metrics.storage_failures.inc()
-                # Everything applied after this batch was built on it: fail those requests too.
-                later, self._pending_future = self._pending_future, None
-                self._pending = []
-                future.set_exception(e)
-                if later is not None:
-                    later.set_exception(e)
-                self._writing_future = None
-                await self._recover()
+                log.warning(
+                    "storage write of %d records (%d requests) failed: %s; committing them one request at a time",
+                    len(records),
+                    len(batch),
+                    str(e).splitlines()[0][:300] if str(e) else repr(e),
+                )
+                failed = await self._isolate(batch)
+            else:
+                self.metrics.storage_commit.observe(time.perf_counter() - started)
+                self.metrics.storage_batch_records.observe(len(records))
+                for w in batch:
+                    w.future.set_result(None)
+                failed = set()
+            self._writing_done = None
+            done.set_result(frozenset(failed | carried))
+
+    async def _isolate(self, batch: list[_Write]) -> set[str]:
+        """Commit a failed batch one request at a time; fail the requests that cannot be stored and
+        those built on them; reload only the groups they touched. Returns those groups."""
+        failed: set[str] = set()
+        for w in batch:
+            w.groups = _groups_of(w.records)
+            if w.groups & failed:
+                # Built on records that were not stored: its records are dropped with that group's reload.
+                failed |= w.groups
+                w.future.set_exception(StorageFailed("built on a change that could not be stored"))
                 continue
-            self.metrics.storage_commit.observe(time.perf_counter() - started)
-            self.metrics.storage_batch_records.observe(len(batch))
-            self._writing_future = None
-            future.set_result(None)
+            try:
+                await asyncio.to_thread(self.storage.write, w.records)
+            except Exception as e:
+                failed |= w.groups
+                log.error(
+                    "a request's %d records could not be stored (groups %s): %s",
+                    len(w.records),
+                    ", ".join(sorted(g[:64] for g in w.groups))[:300],
+                    str(e).splitlines()[0][:300] if str(e) else repr(e),
+                )
+                w.future.set_exception(StorageFailed(str(e)[:300]))
+                continue
+            w.future.set_result(None)
+        if not failed:
+            return failed
+        # Requests still waiting to be written that touched those groups were applied on top of the
+        # failed records (or would be lost by the reload): they fail too, and their groups reload.
+        changed = True
+        while changed:
+            changed = False
+            keep = []
+            for w in self._pending:
+                groups = _groups_of(w.records)
+                if groups & failed:
+                    failed |= groups
+                    changed = True
+                    w.future.set_exception(StorageFailed("built on a change that could not be stored"))
+                    self._pending_records -= len(w.records)
+                else:
+                    keep.append(w)
+            self._pending = keep
+        if self._pending_done is not None:
+            self._pending_taint |= failed
+            self._writer_wakeup.set()
+        self.metrics.event_queue_size.set(self._pending_records)
+        self._reload_groups(failed)
+        return failed
+
+    def _reload_groups(self, group_ids: set[str]) -> None:
+        """Replace these groups in memory by what storage holds. Runs on the loop, synchronously:
+        no handler may change them between the read and the swap (a few SELECTs per group)."""
+        started = time.perf_counter()
+        try:
+            loaded = {gid: self.storage.load(gid) for gid in sorted(group_ids)}
+        except Exception:
+            log.exception("reloading %d groups from storage failed; reloading the whole state", len(group_ids))
+            task = asyncio.create_task(self._recover())
+            self._assignment_tasks.add(task)
+            task.add_done_callback(self._assignment_tasks.discard)
+            return
+        now = self.clock()
+        for gid, records in loaded.items():
+            result = self.coordinator.reload_group(gid, records, now)
+            if result.records:
+                self._enqueue(result.records).add_done_callback(_consume)
+        self.metrics.reloaded_groups.inc(len(group_ids))
+        log.warning(
+            "reloaded %d groups from storage after a failed commit in %.3fs",
+            len(group_ids),
+            time.perf_counter() - started,
+        )
+        self._after_handler()
 
     async def _recover(self) -> None:
         for attempt in range(1_000_000):

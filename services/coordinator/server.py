@@ -1,15 +1,22 @@
 """gRPC face of the coordinator: ConnectGroupCoordinator + ConnectGroupAdmin, health, reflection, /metrics.
 
 Protocol conditions are answered in-band (error_code + error_message); gRPC status codes are left
-to the transport (deadlines, unavailability, messages that do not parse or are too large).
+to the transport (deadlines, unavailability, messages that are too large). A request whose bytes do
+not parse is answered in-band with INVALID_REQUEST, counted, and logged briefly now and then.
+
+Every RPC is authorized before anything else happens (`authorizer.METHOD_OPERATIONS` says which
+operation each needs on its group): a denied request gets GROUP_AUTHORIZATION_FAILED and changes
+nothing; DescribeGroups and DeleteGroups are authorized per group; ListGroups lists only the groups
+the principal may describe. With TLS (`services.common.tls`) the server serves only TLS; the
+plaintext `health_listen` then serves the health service alone (for Kubernetes probes).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -20,6 +27,9 @@ from prometheus_client import start_http_server
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
+from services.common.tls import ServerTls, peer_principal
+from services.coordinator.authorizer import METHOD_OPERATIONS, Authorizer
+from services.coordinator.errors import clip
 from services.coordinator.events import list_group_events
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
@@ -32,14 +42,100 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_
 ERROR_NAMES = {value: name for name, value in ErrorCode.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Unparsable:
+    """What a request that does not parse deserializes to: the servicer answers INVALID_REQUEST."""
+
+    error: str
+
+
+class _RateLimitedLog:
+    """One line per `interval_s` at most, saying how many were not logged since."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self.interval_s = interval_s
+        self._next = 0.0
+        self._suppressed = 0
+
+    def __call__(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        self._next = now + self.interval_s
+        suppressed, self._suppressed = self._suppressed, 0
+        more = f" ({suppressed} more since the last such line)" if suppressed else ""
+        log.warning(message + more, *args)
+
+
+def _has_message(response: Any) -> bool:
+    return "error_message" in response.DESCRIPTOR.fields_by_name
+
+
+def _in_band_error(response_type: type, request: Any, code: int, message: str) -> Any:
+    """An error answer for any of our response types (per group for the multi-group ones)."""
+    response = response_type()
+    if response_type is admin_pb2.DescribeGroupsResponse:
+        for gid in getattr(request, "group_ids", None) or [""]:
+            response.groups.add(group_id=clip(gid), error_code=code, error_message=message, group_state="Dead")
+    elif response_type is admin_pb2.DeleteGroupsResponse:
+        for gid in getattr(request, "group_ids", None) or [""]:
+            response.results.add(group_id=clip(gid), error_code=code, error_message=message)
+    else:
+        response.error_code = code
+        if _has_message(response):
+            response.error_message = message
+    return response
+
+
 class _Instrumented:
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
+    def __init__(self, runtime: CoordinatorRuntime, authorizer: Authorizer | None = None) -> None:
         self.runtime = runtime
         self.core = runtime.coordinator
         self.metrics = runtime.metrics
+        self.authorizer = authorizer or Authorizer(None)
         # Labelled children cached: a labels() lookup per request costs more than the core's heartbeat.
         self._durations: dict[str, Any] = {}
         self._results: dict[tuple[str, int], Any] = {}
+        self._log_unparsable = _RateLimitedLog()
+
+    def _denied(self, method: str, count: int = 1) -> None:
+        self.metrics.authorization_failures.labels(method).inc(count)
+
+    async def _serve(
+        self,
+        method: str,
+        request: Any,
+        context: Any,
+        response_type: type,
+        run: Callable[[Any], Any],
+        error_of: Callable[[Any], int] | None = None,
+    ) -> Any:
+        """Parse check, then authorization, then the handler; every outcome is measured."""
+
+        async def guarded() -> Any:
+            if isinstance(request, Unparsable):
+                self.metrics.unparsable_requests.labels(method).inc()
+                peer = context.peer() if context is not None else "?"
+                self._log_unparsable("%s from %s does not parse: %s", method, peer, request.error)
+                return _in_band_error(
+                    response_type, None, ErrorCode.INVALID_REQUEST, f"the request does not parse: {request.error}"
+                )
+            if not self.authorizer.enabled:
+                return await run(request)
+            principal = peer_principal(context)
+            gid = request.group_id
+            if self.authorizer.allowed(principal, method, gid):
+                return await run(request)
+            self._denied(method)
+            return _in_band_error(
+                response_type,
+                request,
+                ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                f"{principal} is not authorized to {METHOD_OPERATIONS[method]} group '{clip(gid)}'",
+            )
+
+        return await self._call(method, response_type, guarded, error_of)
 
     async def _call(
         self, method: str, response_type: type, run: Callable[[], Any], error_of: Callable[[Any], int] | None = None
@@ -51,7 +147,8 @@ class _Instrumented:
             response = response_type()
             if hasattr(response, "error_code"):
                 response.error_code = e.code
-                response.error_message = str(e)
+                if _has_message(response):  # ListGroupsResponse has no message
+                    response.error_message = str(e)
         code = error_of(response) if error_of else response.error_code
         duration = self._durations.get(method)
         if duration is None:
@@ -67,26 +164,33 @@ class _Instrumented:
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, _Instrumented):
+    # Each method: parse check, authorization (Read), then the handler.
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        async def run() -> Any:
-            if request.HasField("client_assignors"):  # a join or a change: is every name known?
-                await self.runtime.discover_for(request)  # one no known service serves: ask again
-            return await self.runtime.handle(self.core.heartbeat, request)
+        async def run(r: Any) -> Any:
+            if r.HasField("client_assignors"):  # a join or a change: is every name known?
+                await self.runtime.discover_for(r)  # one no known service serves: ask again
+            return await self.runtime.handle(self.core.heartbeat, r)
 
-        return await self._call("ConnectGroupHeartbeat", coordinator_pb2.ConnectGroupHeartbeatResponse, run)
+        return await self._serve(
+            "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, run
+        )
 
     async def ConnectGroupPrepareAssignment(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "ConnectGroupPrepareAssignment",
+            request,
+            context,
             coordinator_pb2.ConnectGroupPrepareAssignmentResponse,
-            lambda: self.runtime.handle(self.core.prepare_assignment, request),
+            lambda r: self.runtime.handle(self.core.prepare_assignment, r),
         )
 
     async def ConnectGroupInstallAssignment(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "ConnectGroupInstallAssignment",
+            request,
+            context,
             coordinator_pb2.ConnectGroupInstallAssignmentResponse,
-            lambda: self.runtime.handle(self.core.install_assignment, request),
+            lambda r: self.runtime.handle(self.core.install_assignment, r),
         )
 
 
@@ -97,65 +201,123 @@ def _first_group_error(response: Any) -> int:
 
 class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
     async def ListGroups(self, request: Any, context: Any) -> Any:
-        return await self._call(
-            "ListGroups", admin_pb2.ListGroupsResponse, lambda: self.runtime.read(self.core.list_groups, request)
-        )
+        if isinstance(request, Unparsable):
+            return await self._serve("ListGroups", request, context, admin_pb2.ListGroupsResponse, _never)
+
+        async def run() -> Any:
+            response = await self.runtime.read(self.core.list_groups, request)
+            if self.authorizer.enabled:
+                visible = self.authorizer.describable(peer_principal(context))
+                kept = [g for g in response.groups if visible(g.group_id)]
+                if len(kept) != len(response.groups):
+                    del response.groups[:]
+                    response.groups.extend(kept)
+            return response
+
+        return await self._call("ListGroups", admin_pb2.ListGroupsResponse, run)
+
+    async def _per_group(
+        self, method: str, request: Any, context: Any, response_type: type, field_name: str, run: Callable[[Any], Any]
+    ) -> Any:
+        """DescribeGroups / DeleteGroups: each group authorized on its own; the denied ones are
+        answered GROUP_AUTHORIZATION_FAILED, the others handled, in the order they were asked."""
+
+        if isinstance(request, Unparsable):
+            return await self._serve(method, request, context, response_type, _never, _first_group_error)
+
+        async def guarded() -> Any:
+            try:
+                if not self.authorizer.enabled:
+                    return await run(request)
+                principal = peer_principal(context)
+                allowed = [gid for gid in request.group_ids if self.authorizer.allowed(principal, method, gid)]
+                if len(allowed) == len(request.group_ids):
+                    return await run(request)
+                self._denied(method, len(request.group_ids) - len(allowed))
+                answered = iter(getattr(await run(type(request)(group_ids=allowed)), field_name) if allowed else [])
+                ok = set(allowed)
+                response = response_type()
+                out = getattr(response, field_name)
+                for gid in request.group_ids:
+                    if gid in ok:
+                        out.append(next(answered))
+                    else:
+                        denied = out.add(
+                            group_id=clip(gid),
+                            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                            error_message=f"{principal} is not authorized to {METHOD_OPERATIONS[method]} group '{clip(gid)}'",
+                        )
+                        if hasattr(denied, "group_state"):
+                            denied.group_state = "Dead"
+                return response
+            except NotAvailable as e:
+                return _in_band_error(response_type, request, e.code, str(e))
+
+        return await self._call(method, response_type, guarded, _first_group_error)
 
     async def DescribeGroups(self, request: Any, context: Any) -> Any:
-        async def run() -> Any:
-            try:
-                return await self.runtime.read(self.core.describe_groups, request)
-            except NotAvailable as e:
-                resp = admin_pb2.DescribeGroupsResponse()
-                for gid in request.group_ids:
-                    resp.groups.add(group_id=gid, error_code=e.code, error_message=str(e))
-                return resp
-
-        return await self._call("DescribeGroups", admin_pb2.DescribeGroupsResponse, run, _first_group_error)
+        return await self._per_group(
+            "DescribeGroups",
+            request,
+            context,
+            admin_pb2.DescribeGroupsResponse,
+            "groups",
+            lambda r: self.runtime.read(self.core.describe_groups, r),
+        )
 
     async def PutConnector(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "PutConnector",
+            request,
+            context,
             admin_pb2.PutConnectorResponse,
-            lambda: self.runtime.handle(self.core.put_connector, request),
+            lambda r: self.runtime.handle(self.core.put_connector, r),
         )
 
     async def DeleteConnector(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "DeleteConnector",
+            request,
+            context,
             admin_pb2.DeleteConnectorResponse,
-            lambda: self.runtime.handle(self.core.delete_connector, request),
+            lambda r: self.runtime.handle(self.core.delete_connector, r),
         )
 
     async def DescribeConfigs(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "DescribeConfigs",
+            request,
+            context,
             admin_pb2.DescribeConfigsResponse,
-            lambda: self.runtime.read(self.core.describe_configs, request),
+            lambda r: self.runtime.read(self.core.describe_configs, r),
         )
 
     async def AlterConfigs(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "AlterConfigs",
+            request,
+            context,
             admin_pb2.AlterConfigsResponse,
-            lambda: self.runtime.handle(self.core.alter_configs, request),
+            lambda r: self.runtime.handle(self.core.alter_configs, r),
         )
 
     async def DeleteGroups(self, request: Any, context: Any) -> Any:
-        async def run() -> Any:
-            try:
-                return await self.runtime.handle(self.core.delete_groups, request)
-            except NotAvailable as e:
-                resp = admin_pb2.DeleteGroupsResponse()
-                for gid in request.group_ids:
-                    resp.results.add(group_id=gid, error_code=e.code, error_message=str(e))
-                return resp
-
-        return await self._call("DeleteGroups", admin_pb2.DeleteGroupsResponse, run, _first_group_error)
+        return await self._per_group(
+            "DeleteGroups",
+            request,
+            context,
+            admin_pb2.DeleteGroupsResponse,
+            "results",
+            lambda r: self.runtime.handle(self.core.delete_groups, r),
+        )
 
     async def ListGroupEvents(self, request: Any, context: Any) -> Any:
-        return await self._call(
-            "ListGroupEvents", admin_pb2.ListGroupEventsResponse, lambda: list_group_events(self.runtime, request)
+        return await self._serve(
+            "ListGroupEvents",
+            request,
+            context,
+            admin_pb2.ListGroupEventsResponse,
+            lambda r: list_group_events(self.runtime, r),
         )
 
     async def RemoveMembers(self, request: Any, context: Any) -> Any:
@@ -165,6 +327,39 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             lambda: self.runtime.handle(self.core.remove_members, request),
             lambda r: r.error_code or _first_group_error(r),
         )
+
+
+async def _never(_request: Any) -> Any:
+    raise AssertionError("an unparsable request reached a handler")
+
+
+class _ParseGuard:
+    """Stands in for the server while the generated `add_*Servicer_to_server` registers handlers:
+    registers them with deserializers that turn bytes that do not parse into `Unparsable`, so the
+    servicer answers INVALID_REQUEST instead of grpc logging a traceback per bad request."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        pass  # the same handlers come again through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        guarded = {
+            name: h._replace(request_deserializer=_lenient(h.request_deserializer)) for name, h in handlers.items()
+        }
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
+        self._server.add_registered_method_handlers(service, guarded)  # type: ignore[attr-defined]
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as e:
+            return Unparsable(str(e)[:200] or type(e).__name__)
+
+    return deserialize
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -181,39 +376,73 @@ class RunningServer:
     health: health_aio.HealthServicer
     metrics_port: int | None
     _metrics_http: Any = None
+    health_port: int | None = None
+    _health_server: grpc.aio.Server | None = field(default=None, repr=False)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         # Tell load balancers first, then drain in-flight RPCs.
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace_s)
+        if self._health_server is not None:
+            await self._health_server.stop(None)
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
 
 
-async def start_server(runtime: CoordinatorRuntime, listen: str, metrics_listen: str | None) -> RunningServer:
+async def start_health_server(health_servicer: Any, listen: str) -> tuple[grpc.aio.Server, int]:
+    """The plaintext health-only server of `--health-listen` (Kubernetes gRPC probes cannot do TLS)."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    host, port = split_address(listen)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {listen} (--health-listen)")
+    await server.start()
+    return server, bound
+
+
+async def start_server(
+    runtime: CoordinatorRuntime,
+    listen: str,
+    metrics_listen: str | None,
+    *,
+    tls: ServerTls | None = None,
+    health_listen: str | None = None,
+    reflection_enabled: bool | None = None,
+    authorizer: Authorizer | None = None,
+) -> RunningServer:
+    """`reflection_enabled` None: on without TLS, off with TLS (`--reflection` turns it on)."""
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", runtime.coordinator.config.max_request_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ]
     )
-    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime), server)
-    admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime), server)
+    guard: Any = _ParseGuard(server)
+    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime, authorizer), guard)
+    admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime, authorizer), guard)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (
-            COORDINATOR_SERVICE,
-            ADMIN_SERVICE,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        ),
-        server,
-    )
+    if reflection_enabled if reflection_enabled is not None else tls is None:
+        reflection.enable_server_reflection(
+            (
+                COORDINATOR_SERVICE,
+                ADMIN_SERVICE,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            ),
+            server,
+        )
     host, port = split_address(listen)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", tls.credentials())
     if bound == 0:
         raise OSError(f"cannot listen on {listen}")
+    health_server = health_port = None
+    if health_listen:
+        health_server, health_port = await start_health_server(health_servicer, health_listen)
     await server.start()
     metrics_port = None
     http = None
@@ -226,4 +455,4 @@ async def start_server(runtime: CoordinatorRuntime, listen: str, metrics_listen:
             service,
             health_pb2.HealthCheckResponse.SERVING if runtime.loaded else health_pb2.HealthCheckResponse.NOT_SERVING,
         )
-    return RunningServer(server, bound, health_servicer, metrics_port, http)
+    return RunningServer(server, bound, health_servicer, metrics_port, http, health_port, health_server)

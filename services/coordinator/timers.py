@@ -52,6 +52,11 @@ class Timer:
                 fired.append(key)
         return fired
 
+    def cancel_group(self, group_id: str) -> None:
+        """Cancel every timer of one group (keys are (kind, group id, ...))."""
+        for key in [k for k in self._deadlines if len(k) > 1 and k[1] == group_id]:
+            del self._deadlines[key]
+
     def clear(self) -> None:
         self._deadlines.clear()
         self._heap.clear()

@@ -5,51 +5,76 @@ Validation runs before a handler touches any state, so a bad request never chang
 
 from __future__ import annotations
 
-from connect.coordinator.v1 import common_pb2, coordinator_pb2
-from services.coordinator.errors import invalid
+from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
+from services.coordinator.config import ServerConfig
+from services.coordinator.errors import clip, invalid
 
-MAX_ID_LENGTH = 255
+MAX_ID_LENGTH = ServerConfig.max_id_length
+MAX_URL_LENGTH = 4096
 INT16_MAX = 2**15 - 1
 INT8_MIN, INT8_MAX = -(2**7), 2**7 - 1
+DEFAULTS = ServerConfig()
 
 
-def check_id(value: str, field: str, *, required: bool = True) -> None:
+def check_text(value: str, field: str, max_length: int, what: str = "") -> None:
+    """A string the database will store: bounded, no NUL (PostgreSQL refuses it in text and JSON),
+    encodable as UTF-8 (no lone surrogates)."""
+    if len(value) > max_length:
+        raise invalid(f"{field} must be at most {max_length} characters{what}, got {len(value)}")
+    if "\x00" in value:
+        raise invalid(f"{field} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid(f"{field} is not valid UTF-8 (it contains a lone surrogate)") from None
+
+
+def check_id(value: str, field: str, *, required: bool = True, cfg: ServerConfig = DEFAULTS) -> None:
     if not value:
         if required:
             raise invalid(f"{field} must be non-empty")
         return
-    if len(value) > MAX_ID_LENGTH:
-        raise invalid(f"{field} must be at most {MAX_ID_LENGTH} characters, got {len(value)}")
+    check_text(value, field, cfg.max_id_length, " (group.connect.max.id.length)")
 
 
-def check_items(msg: common_pb2.ConnectorsAndTasks, field: str) -> None:
+def check_count(count: int, field: str, cfg: ServerConfig) -> None:
+    if count > cfg.max_items_per_request:
+        raise invalid(
+            f"{field} lists {count} items, more than group.connect.max.items.per.request = {cfg.max_items_per_request}"
+        )
+
+
+def check_items(msg: common_pb2.ConnectorsAndTasks, field: str, cfg: ServerConfig = DEFAULTS) -> None:
+    check_count(len(msg.connectors) + len(msg.tasks), field, cfg)
     seen: set[str] = set()
     for i, c in enumerate(msg.connectors):
-        check_id(c, f"{field}.connectors[{i}]")
+        check_id(c, f"{field}.connectors[{i}]", cfg=cfg)
         if c in seen:
-            raise invalid(f"{field}.connectors[{i}] '{c}' is listed twice")
+            raise invalid(f"{field}.connectors[{i}] '{clip(c)}' is listed twice")
         seen.add(c)
     tasks: set[tuple[str, int]] = set()
     for i, t in enumerate(msg.tasks):
-        check_id(t.connector, f"{field}.tasks[{i}].connector")
+        check_id(t.connector, f"{field}.tasks[{i}].connector", cfg=cfg)
         if t.task < 0:
             raise invalid(f"{field}.tasks[{i}].task must be >= 0, got {t.task}")
         key = (t.connector, t.task)
         if key in tasks:
-            raise invalid(f"{field}.tasks[{i}] {t.connector}-{t.task} is listed twice")
+            raise invalid(f"{field}.tasks[{i}] {clip(t.connector)}-{t.task} is listed twice")
         tasks.add(key)
 
 
-def check_assignors(assignors: common_pb2.ClientAssignors, field: str) -> None:
+def check_assignors(assignors: common_pb2.ClientAssignors, field: str, cfg: ServerConfig = DEFAULTS) -> None:
     names: set[str] = set()
     items = list(assignors.assignors)
     if not items:
         raise invalid(f"{field} must list at least one assignor")
+    check_count(len(items), field, cfg)
     for i, a in enumerate(items):
         f = f"{field}[{i}]"
-        check_id(a.name, f"{f}.name")
+        check_id(a.name, f"{f}.name", cfg=cfg)
         if a.name in names:
-            raise invalid(f"{f}.name '{a.name}' is listed twice")
+            raise invalid(f"{f}.name '{clip(a.name)}' is listed twice")
         names.add(a.name)
         if not -1 <= a.minimum_version <= INT16_MAX:
             raise invalid(f"{f}.minimum_version must be >= -1 (and fit int16), got {a.minimum_version}")
@@ -65,43 +90,71 @@ def check_assignors(assignors: common_pb2.ClientAssignors, field: str) -> None:
             raise invalid(f"{f}.reason must fit int8, got {a.reason}")
 
 
-def check_heartbeat(req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
-    check_id(req.group_id, "group_id")
+def check_heartbeat(req: coordinator_pb2.ConnectGroupHeartbeatRequest, cfg: ServerConfig = DEFAULTS) -> None:
+    check_id(req.group_id, "group_id", cfg=cfg)
     joining = req.member_epoch == 0
-    check_id(req.member_id, "member_id", required=not joining)
+    check_id(req.member_id, "member_id", required=not joining, cfg=cfg)
     if req.member_epoch < -2:
         raise invalid(f"member_epoch must be >= -2 (0 joins, -1 leaves, -2 leaves temporarily), got {req.member_epoch}")
     if req.HasField("instance_id"):
-        check_id(req.instance_id, "instance_id")
-    if req.HasField("url") and len(req.url) > 4096:
-        raise invalid("url must be at most 4096 characters")
-    if req.HasField("client_id") and len(req.client_id) > MAX_ID_LENGTH:
-        raise invalid(f"client_id must be at most {MAX_ID_LENGTH} characters")
-    if req.HasField("rebalance_timeout_ms") and req.rebalance_timeout_ms <= 0:
-        raise invalid(f"rebalance_timeout_ms must be > 0, got {req.rebalance_timeout_ms}")
+        check_id(req.instance_id, "instance_id", cfg=cfg)
+    if req.HasField("url"):
+        check_text(req.url, "url", MAX_URL_LENGTH)
+    if req.HasField("client_id"):
+        check_text(req.client_id, "client_id", cfg.max_id_length, " (group.connect.max.id.length)")
+    if req.HasField("rebalance_timeout_ms") and not 0 < req.rebalance_timeout_ms <= cfg.max_rebalance_timeout_ms:
+        raise invalid(
+            f"rebalance_timeout_ms must be > 0 and at most {cfg.max_rebalance_timeout_ms} "
+            f"(group.connect.max.rebalance.timeout.ms), got {req.rebalance_timeout_ms}"
+        )
+    if req.HasField("request_sequence") and req.request_sequence < 0:
+        raise invalid(f"request_sequence must be >= 0, got {req.request_sequence}")
     if req.HasField("client_assignors"):
-        check_assignors(req.client_assignors, "client_assignors.assignors")
+        check_assignors(req.client_assignors, "client_assignors.assignors", cfg)
     if req.HasField("owned"):
-        check_items(req.owned, "owned")
+        check_items(req.owned, "owned", cfg)
 
 
-def check_member_request(group_id: str, member_id: str, member_epoch: int) -> None:
-    check_id(group_id, "group_id")
-    check_id(member_id, "member_id")
+def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: ServerConfig = DEFAULTS) -> None:
+    check_id(group_id, "group_id", cfg=cfg)
+    check_id(member_id, "member_id", cfg=cfg)
     if member_epoch < 0:
         raise invalid(f"member_epoch must be >= 0, got {member_epoch}")
 
 
-def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest) -> None:
-    check_member_request(req.group_id, req.member_id, req.member_epoch)
+def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, cfg: ServerConfig = DEFAULTS) -> None:
+    check_member_request(req.group_id, req.member_id, req.member_epoch, cfg)
     if req.group_epoch < 0:
         raise invalid(f"group_epoch must be >= 0, got {req.group_epoch}")
     if req.rebalance_delay_ms < 0:
         raise invalid(f"rebalance_delay_ms must be >= 0, got {req.rebalance_delay_ms}")
     if req.error == 0:
+        check_count(len(req.members), "members", cfg)
+        total = sum(len(m.connectors_and_tasks.connectors) + len(m.connectors_and_tasks.tasks) for m in req.members)
+        check_count(total, "members[].connectors_and_tasks", cfg)
         for i, m in enumerate(req.members):
-            check_id(m.member_id, f"members[{i}].member_id")
-            check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks")
+            check_id(m.member_id, f"members[{i}].member_id", cfg=cfg)
+            check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks", cfg)
+
+
+def check_group_ids(group_ids: list[str] | object, cfg: ServerConfig) -> None:
+    """DescribeGroups / DeleteGroups: how many ids one request may carry (each id is checked per group)."""
+    check_count(len(group_ids), "group_ids", cfg)  # type: ignore[arg-type]
+
+
+def check_alter_configs(req: admin_pb2.AlterConfigsRequest, cfg: ServerConfig) -> None:
+    check_id(req.group_id, "group_id", cfg=cfg)
+    check_count(len(req.set) + len(req.delete), "set + delete", cfg)
+    for i, entry in enumerate(req.set):
+        check_id(entry.name, f"set[{i}].name", cfg=cfg)
+        check_text(entry.value, f"set[{i}].value", cfg.max_id_length, " (group.connect.max.id.length)")
+    for i, name in enumerate(req.delete):
+        check_id(name, f"delete[{i}]", cfg=cfg)
+
+
+def check_list_groups(req: admin_pb2.ListGroupsRequest, cfg: ServerConfig) -> None:
+    check_count(len(req.states_filter), "states_filter", cfg)
+    check_count(len(req.types_filter), "types_filter", cfg)
 
 
 def check_join(req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
