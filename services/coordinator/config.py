@@ -105,6 +105,8 @@ class ServerConfig:
         ):
             if getattr(self, attr) < 1:
                 raise ValueError(f"{by_attr[attr]} must be >= 1")
+        if self.max_id_length < 36:
+            raise ValueError("group.connect.max.id.length must be >= 36 (member ids are UUIDs)")
         if self.max_request_bytes > INT32_MAX:
             raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
 
