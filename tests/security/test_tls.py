@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.tls import ClientTls, TlsError
-from tests.fixtures.coordinator import Client, CoordinatorProcess
+from tests.fixtures.coordinator import CoordinatorProcess
 from tests.fixtures.net import free_port
 from tests.security.certs import CertFiles
 from tests.security.conftest import Pki
