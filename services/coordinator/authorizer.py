@@ -55,7 +55,6 @@ METHOD_OPERATIONS: dict[str, str] = {
     "DeleteConnector": ALTER,
     "AlterConfigs": ALTER,
     "DeleteGroups": DELETE,  # per group
-    "RemoveMembers": ALTER,  # `connect-groups members remove`
 }
 
 
@@ -248,7 +247,10 @@ class Authorizer:
     def allowed(self, principal: str, method: str, group_id: str) -> bool:
         if self.acl_file is None:
             return True
-        operation = METHOD_OPERATIONS[method]
+        operation = METHOD_OPERATIONS.get(method)
+        if operation is None:  # an RPC nobody mapped: fail closed
+            log.error("no ACL operation is defined for %s: denied", method)
+            return False
         ok = self.acl_file.current().authorize(principal, operation, group_id)
         if ok:
             log.debug("allowed %s %s on group '%s' (%s)", principal, operation, group_id[:128], method)

@@ -132,7 +132,7 @@ class _Instrumented:
                 response_type,
                 request,
                 ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                f"{principal} is not authorized to {METHOD_OPERATIONS[method]} group '{clip(gid)}'",
+                f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
             )
 
         return await self._call(method, response_type, guarded, error_of)
@@ -245,7 +245,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                         denied = out.add(
                             group_id=clip(gid),
                             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                            error_message=f"{principal} is not authorized to {METHOD_OPERATIONS[method]} group '{clip(gid)}'",
+                            error_message=f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
                         )
                         if hasattr(denied, "group_state"):
                             denied.group_state = "Dead"

@@ -14,7 +14,7 @@ from services.common.tls import ClientTls
 from tests.security.certs import CertFiles, CertificateAuthority
 
 # Client identities the ACL tests use (their certificates' CNs).
-CLIENTS = ("admin", "alice", "bob", "carol", "dave", "ops", "worker-a")
+CLIENTS = ("admin", "alice", "bob", "carol", "dave", "ops", "worker-a", "coordinator")
 
 
 @dataclass
