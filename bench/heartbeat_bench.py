@@ -9,7 +9,12 @@ Two ratios are reported: throughput (requests/s, coordinator / echo) and server 
 (echo / coordinator) -- the latter is the capacity ratio even when the load generator, not the
 server, is the bottleneck. Target: >= 0.75.
 
-    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8]
+With --tls, a third server joins the same run: the coordinator over mTLS (certificates made for the
+run) with an ACL file (the load's principal is an ordinary user with `Read` on the group, so every
+heartbeat is authorized), compared with the plaintext coordinator: the cost of TLS and
+authorization. Target: >= 0.8 of plaintext capacity.
+
+    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8] [--tls]
 """
 
 from __future__ import annotations
@@ -78,9 +83,9 @@ def start(cmd: list[str], marker: str, core: int) -> tuple[subprocess.Popen[str]
     raise RuntimeError(f"{cmd[0]} did not start")
 
 
-def setup_group(address: str, members: int) -> list[tuple[str, int]]:
+def setup_group(address: str, members: int, creds: grpc.ChannelCredentials | None = None) -> list[tuple[str, int]]:
     """Join `members` workers, compute an assignment (tasks spread over them) and reconcile all."""
-    channel = grpc.insecure_channel(address)
+    channel = grpc.secure_channel(address, creds) if creds else grpc.insecure_channel(address)
     coord = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(channel)
     admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
     tasks_per_connector, connectors = 10, members // 10 or 1
@@ -145,8 +150,14 @@ def setup_group(address: str, members: int) -> list[tuple[str, int]]:
     return out
 
 
-async def load(address: str, members: list[tuple[str, int]], in_flight: int, seconds: float) -> tuple[int, list[float]]:
-    channel = grpc.aio.insecure_channel(address)
+async def load(
+    address: str,
+    members: list[tuple[str, int]],
+    in_flight: int,
+    seconds: float,
+    creds: grpc.ChannelCredentials | None = None,
+) -> tuple[int, list[float]]:
+    channel = grpc.aio.secure_channel(address, creds) if creds else grpc.aio.insecure_channel(address)
     stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(channel)
     requests = [
         coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="bench", member_id=m, member_epoch=e) for m, e in members
@@ -174,11 +185,17 @@ async def load(address: str, members: list[tuple[str, int]], in_flight: int, sec
 
 
 def measure(
-    name: str, pid: int, address: str, members: list[tuple[str, int]], in_flight: int, seconds: float
+    name: str,
+    pid: int,
+    address: str,
+    members: list[tuple[str, int]],
+    in_flight: int,
+    seconds: float,
+    creds: grpc.ChannelCredentials | None = None,
 ) -> dict[str, float]:
-    asyncio.run(load(address, members, in_flight, 1.0))  # warm-up
+    asyncio.run(load(address, members, in_flight, 1.0, creds))  # warm-up
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    n, lat = asyncio.run(load(address, members, in_flight, seconds))
+    n, lat = asyncio.run(load(address, members, in_flight, seconds, creds))
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     lat.sort()
     return {
@@ -193,44 +210,63 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--tls", action="store_true", help="also the coordinator over mTLS with ACLs, same run")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})  # the load generator on core 1, servers on core 0
     with tempfile.TemporaryDirectory() as tmp:
-        coord, caddr = start(
-            [
-                sys.executable,
-                "-m",
-                "services.coordinator.cli",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                "--database",
-                f"sqlite:///{tmp}/bench.db",
-                "--set",
-                "group.connect.session.timeout.ms=60000",
-                "--set",
-                "group.connect.heartbeat.interval.ms=5000",
-                "--log-level",
-                "WARNING",
-            ],
-            "listening on",
-            core=0,
-        )
+
+        def coordinator(db: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+            return start(
+                [
+                    sys.executable,
+                    "-m",
+                    "services.coordinator.cli",
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--metrics-listen",
+                    "",
+                    "--database",
+                    f"sqlite:///{tmp}/{db}",
+                    "--set",
+                    "group.connect.session.timeout.ms=60000",
+                    "--set",
+                    "group.connect.heartbeat.interval.ms=5000",
+                    "--log-level",
+                    "WARNING",
+                    *extra,
+                ],
+                "listening on",
+                core=0,
+            )
+
+        coord, caddr = coordinator("bench.db")
         echo, eaddr = start([sys.executable, "-c", ECHO_SERVER], "listening on", core=0)
+        procs = [coord, echo]
+        secure = creds = None
         try:
+            if args.tls:
+                creds, extra = tls_setup(Path(tmp))
+                secure, saddr = coordinator("bench-tls.db", *extra)
+                procs.append(secure)
             members = setup_group(caddr, args.members)
+            secure_members = setup_group(saddr, args.members, creds) if secure is not None else []
             rows = []
+            tls_rows = []
             for in_flight in (8, 64):
                 e = measure("echo", echo.pid, eaddr, members, in_flight, args.seconds)
                 c = measure("coordinator", coord.pid, caddr, members, in_flight, args.seconds)
                 rows.append((in_flight, e, c))
+                if secure is not None:
+                    t = measure(
+                        "coordinator+mTLS+ACL", secure.pid, saddr, secure_members, in_flight, args.seconds, creds
+                    )
+                    tls_rows.append((in_flight, c, t))
         finally:
-            coord.terminate()
-            echo.terminate()
-            coord.wait(10)
-            echo.wait(10)
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
     print(
         f"Steady-state heartbeats, {args.members} members of one group, SQLite, {args.seconds:.0f}s per point, "
         f"servers pinned to one core, load generator on the other.\n"
@@ -248,7 +284,42 @@ def main() -> int:
             f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
             f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
         )
+    if tls_rows:
+        print()
+        print("| in flight | server | req/s | p50 ms | p99 ms | server CPU µs/req |")
+        print("|---|---|---|---|---|---|")
+        for in_flight, c, t in tls_rows:
+            for name, m in (("coordinator (plaintext)", c), ("coordinator (mTLS + ACLs)", t)):
+                print(
+                    f"| {in_flight} | {name} | {m['rps']:.0f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.0f} |"
+                )
+        print()
+        for in_flight, c, t in tls_rows:
+            print(
+                f"in flight {in_flight}: mTLS+ACL vs plaintext: throughput ratio {t['rps'] / c['rps']:.2f}, "
+                f"capacity ratio (plaintext CPU/req ÷ mTLS CPU/req) {c['cpu_us_per_req'] / t['cpu_us_per_req']:.2f}"
+            )
     return 0
+
+
+def tls_setup(tmp: Path) -> tuple[grpc.ChannelCredentials, list[str]]:
+    """A CA, the server's certificate, the load generator's (CN bench-worker), and ACLs that give
+    bench-worker Read on the group (plus an unrelated prefixed ACL, so the lookup is not trivial)."""
+    from services.common.tls import ClientTls
+    from tests.security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp / "pki")
+    server = ca.server()
+    client = ca.issue("bench-worker")
+    acl = tmp / "acls.yaml"
+    acl.write_text(
+        'acls:\n  - {principal: "User:bench-worker", operation: Read, group: "bench"}\n'
+        '  - {principal: "User:ops", operation: Describe, group: "be", pattern: prefixed}\n'
+        '  - {principal: "User:bench-worker", operation: Alter, group: "bench"}\n'
+    )
+    creds = ClientTls(str(ca.ca_file), str(client.cert), str(client.key)).credentials()
+    extra = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.ca_file)]
+    return creds, [*extra, "--acl-file", str(acl)]
 
 
 if __name__ == "__main__":
