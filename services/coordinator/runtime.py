@@ -336,6 +336,7 @@ class CoordinatorRuntime:
         """Commit a failed batch one request at a time; fail the requests that cannot be stored and
         those built on them; reload only the groups they touched. Returns those groups."""
         failed: set[str] = set()
+        refused = 0
         for w in batch:
             w.groups = _groups_of(w.records)
             if w.groups & failed:
@@ -347,15 +348,19 @@ class CoordinatorRuntime:
                 await asyncio.to_thread(self.storage.write, w.records)
             except Exception as e:
                 failed |= w.groups
-                log.error(
-                    "a request's %d records could not be stored (groups %s): %s",
-                    len(w.records),
-                    ", ".join(sorted(g[:64] for g in w.groups))[:300],
-                    str(e).splitlines()[0][:300] if str(e) else repr(e),
-                )
+                refused += 1
+                if refused <= 3:  # a database outage fails them all: a few lines, not one per request
+                    log.error(
+                        "a request's %d records could not be stored (groups %s): %s",
+                        len(w.records),
+                        ", ".join(sorted(g[:64] for g in w.groups))[:300],
+                        str(e).splitlines()[0][:300] if str(e) else repr(e),
+                    )
                 w.future.set_exception(StorageFailed(str(e)[:300]))
                 continue
             w.future.set_result(None)
+        if refused > 3:
+            log.error("%d requests of the batch could not be stored in all", refused)
         if not failed:
             return failed
         # Requests still waiting to be written that touched those groups were applied on top of the
