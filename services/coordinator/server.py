@@ -113,7 +113,7 @@ class _Instrumented:
     ) -> Any:
         """Parse check, then authorization, then the handler; every outcome is measured."""
         if not self.authorizer.enabled and not isinstance(request, Unparsable):  # the hot path: nothing to check
-            return await self._call(method, response_type, lambda: run(request), error_of)
+            return await self._call(method, response_type, lambda: run(request), error_of, authorized=True)
 
         async def guarded() -> Any:
             if isinstance(request, Unparsable):
@@ -137,13 +137,24 @@ class _Instrumented:
                 f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
             )
 
-        return await self._call(method, response_type, guarded, error_of)
+        return await self._call(method, response_type, guarded, error_of, authorized=True)
 
     async def _call(
-        self, method: str, response_type: type, run: Callable[[], Any], error_of: Callable[[Any], int] | None = None
+        self,
+        method: str,
+        response_type: type,
+        run: Callable[[], Any],
+        error_of: Callable[[Any], int] | None = None,
+        *,
+        authorized: bool = False,
     ) -> Any:
+        """Run and measure. `authorized`: the caller went through `_serve`/`_per_group` (or filters
+        like ListGroups); with ACLs on, an RPC that did not is denied (fails closed)."""
         started = time.perf_counter()
         try:
+            if self.authorizer.enabled and not authorized:
+                log.error("%s is not routed through authorization (use _serve): denied", method)
+                run = _deny_unrouted(response_type, method)
             response = await run()
         except NotAvailable as e:
             response = response_type()
@@ -216,7 +227,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                     response.groups.extend(kept)
             return response
 
-        return await self._call("ListGroups", admin_pb2.ListGroupsResponse, run)
+        return await self._call("ListGroups", admin_pb2.ListGroupsResponse, run, authorized=True)
 
     async def _per_group(
         self, method: str, request: Any, context: Any, response_type: type, field_name: str, run: Callable[[Any], Any]
@@ -255,7 +266,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             except NotAvailable as e:
                 return _in_band_error(response_type, request, e.code, str(e))
 
-        return await self._call(method, response_type, guarded, _first_group_error)
+        return await self._call(method, response_type, guarded, _first_group_error, authorized=True)
 
     async def DescribeGroups(self, request: Any, context: Any) -> Any:
         return await self._per_group(
@@ -329,6 +340,15 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             lambda: self.runtime.handle(self.core.remove_members, request),
             lambda r: r.error_code or _first_group_error(r),
         )
+
+
+def _deny_unrouted(response_type: type, method: str) -> Callable[[], Any]:
+    async def deny() -> Any:
+        return _in_band_error(
+            response_type, None, ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{method} is not authorized (no ACL check)"
+        )
+
+    return deny
 
 
 async def _never(_request: Any) -> Any:

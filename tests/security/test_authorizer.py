@@ -112,3 +112,33 @@ def test_the_file_is_reloaded_when_it_changes_at_most_once_per_interval(tmp_path
     now[0] = 3.0
     assert authz.allowed("User:b", "ConnectGroupHeartbeat", "g") and acl_file.reloads == 1
     assert not authz.allowed("User:b", "UnknownMethod", "g")  # a method without an operation is denied
+
+
+def test_an_rpc_not_routed_through_authorization_is_denied_when_acls_are_on(tmp_path: Path) -> None:
+    """A servicer method added without `_serve` (a new RPC) fails closed instead of skipping ACLs."""
+    import asyncio
+
+    from connect.coordinator.v1 import admin_pb2
+    from connect.coordinator.v1.common_pb2 import ErrorCode
+    from services.coordinator.core import GroupCoordinator
+    from services.coordinator.runtime import CoordinatorRuntime
+    from services.coordinator.server import AdminServicer
+    from services.storage import Storage
+
+    path = tmp_path / "acls.yaml"
+    path.write_text("allow_if_no_acl_found: true\n")
+    runtime = CoordinatorRuntime(GroupCoordinator(), Storage(f"sqlite:///{tmp_path / 'c.db'}"))
+    ran: list[bool] = []
+
+    async def handler() -> admin_pb2.PutConnectorResponse:
+        ran.append(True)
+        return admin_pb2.PutConnectorResponse()
+
+    for authorizer, code, called in (
+        (Authorizer(AclFile(str(path))), ErrorCode.GROUP_AUTHORIZATION_FAILED, False),
+        (Authorizer(None), ErrorCode.NONE, True),
+    ):
+        ran.clear()
+        servicer = AdminServicer(runtime, authorizer)
+        response = asyncio.run(servicer._call("NewRpc", admin_pb2.PutConnectorResponse, handler))
+        assert response.error_code == code and bool(ran) is called
