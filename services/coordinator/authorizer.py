@@ -55,6 +55,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "DeleteConnector": ALTER,
     "AlterConfigs": ALTER,
     "DeleteGroups": DELETE,  # per group
+    "ListGroupEvents": DESCRIBE,  # the group's rebalance event log
 }
 
 

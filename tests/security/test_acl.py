@@ -178,6 +178,10 @@ def test_admin_rpcs_need_describe_alter_delete(stack: Stack) -> None:
     admin.admin.PutConnector(
         admin_pb2.PutConnectorRequest(group_id="secret-x", connector="S", task_count=1), timeout=10
     )
+    events = admin_pb2.ListGroupEventsRequest
+    assert alice.admin.ListGroupEvents(events(group_id="team-a"), timeout=10).error_code == ErrorCode.NONE
+    denied_events = alice.admin.ListGroupEvents(events(group_id="secret-x"), timeout=10)
+    assert denied_events.error_code == DENIED and not denied_events.events
     described = alice.admin.DescribeGroups(
         admin_pb2.DescribeGroupsRequest(group_ids=["team-a", "secret-x", "team-a"]), timeout=10
     )

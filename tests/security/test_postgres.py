@@ -217,6 +217,12 @@ def bad_requests() -> list[tuple[str, Message, type, list[str]]]:
             ["group_ids.0"],
         ),
         (
+            ADMIN + "ListGroupEvents",
+            admin_pb2.ListGroupEventsRequest(group_id="victim"),
+            admin_pb2.ListGroupEventsResponse,
+            ["group_id"],
+        ),
+        (
             ADMIN + "DeleteGroups",
             admin_pb2.DeleteGroupsRequest(group_ids=["victim"]),
             admin_pb2.DeleteGroupsResponse,
