@@ -56,6 +56,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "AlterConfigs": ALTER,
     "DeleteGroups": DELETE,  # per group
     "ListGroupEvents": DESCRIBE,  # the group's rebalance event log
+    "RemoveMembers": ALTER,  # `connect-groups members remove`
 }
 
 

@@ -334,10 +334,12 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
         )
 
     async def RemoveMembers(self, request: Any, context: Any) -> Any:
-        return await self._call(
+        return await self._serve(
             "RemoveMembers",
+            request,
+            context,
             admin_pb2.RemoveMembersResponse,
-            lambda: self.runtime.handle(self.core.remove_members, request),
+            lambda r: self.runtime.handle(self.core.remove_members, r),
             lambda r: r.error_code or _first_group_error(r),
         )
 

@@ -178,6 +178,13 @@ def test_admin_rpcs_need_describe_alter_delete(stack: Stack) -> None:
     admin.admin.PutConnector(
         admin_pb2.PutConnectorRequest(group_id="secret-x", connector="S", task_count=1), timeout=10
     )
+    # RemoveMembers is Alter: alice (Read) may not remove her own member, ops (Alter) could.
+    remove = admin_pb2.RemoveMembersRequest(group_id="team-a", members=[admin_pb2.MemberIdentity(member_id="nobody")])
+    unchanged = snapshot(admin, "team-a")
+    assert alice.admin.RemoveMembers(remove, timeout=10).error_code == DENIED
+    assert snapshot(admin, "team-a") == unchanged
+    removed = ops.admin.RemoveMembers(remove, timeout=10)
+    assert removed.error_code == ErrorCode.NONE and removed.results[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
     events = admin_pb2.ListGroupEventsRequest
     assert alice.admin.ListGroupEvents(events(group_id="team-a"), timeout=10).error_code == ErrorCode.NONE
     denied_events = alice.admin.ListGroupEvents(events(group_id="secret-x"), timeout=10)

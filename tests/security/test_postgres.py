@@ -223,6 +223,15 @@ def bad_requests() -> list[tuple[str, Message, type, list[str]]]:
             ["group_id"],
         ),
         (
+            ADMIN + "RemoveMembers",
+            admin_pb2.RemoveMembersRequest(
+                group_id="victim",
+                members=[admin_pb2.MemberIdentity(member_id="m"), admin_pb2.MemberIdentity(instance_id="i")],
+            ),
+            admin_pb2.RemoveMembersResponse,
+            ["group_id", "members.0.member_id", "members.1.instance_id"],
+        ),
+        (
             ADMIN + "DeleteGroups",
             admin_pb2.DeleteGroupsRequest(group_ids=["victim"]),
             admin_pb2.DeleteGroupsResponse,
