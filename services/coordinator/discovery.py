@@ -127,13 +127,18 @@ class AssignorDirectory:
 
     async def refresh_on_demand(self) -> None:
         """A refresh for a name nobody is known to serve: joins the round in progress, if any; else
-        starts one unless the last started less than `min_on_demand_interval_s` ago."""
+        starts one -- but not sooner than `min_on_demand_interval_s` after the last one started: a
+        caller that comes earlier waits until then (callers waiting together share that round)
+        rather than being answered on the older view. A join for a name a service has just begun
+        to serve must not be refused because another join asked a moment before."""
         if self._refreshing is not None and not self._refreshing.done():
             await asyncio.shield(self._refreshing)
             return
         last = self._last_refresh_started
-        if last is not None and self._clock() - last < self.min_on_demand_interval_s:
-            return
+        if last is not None:
+            wait_s = last + self.min_on_demand_interval_s - self._clock()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
         await self.refresh()
 
     def start(self) -> None:

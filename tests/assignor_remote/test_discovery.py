@@ -72,6 +72,30 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
     asyncio.run(scenario())
 
 
+def test_an_on_demand_refresh_soon_after_another_waits_for_its_turn_instead_of_answering_on_the_old_view() -> None:
+    """A join naming a new assignor right after another join's on-demand round (found by CI: the
+    second join was refused without a look, and UNSUPPORTED_ASSIGNOR is fatal for a worker)."""
+
+    async def scenario() -> None:
+        address = f"127.0.0.1:{free_port()}"
+        directory = AssignorDirectory(
+            [address], AssignorClient, metrics=CoordinatorMetrics(CollectorRegistry()), min_on_demand_interval_s=0.5
+        )
+        server: RunningServer | None = None
+        try:
+            await directory.refresh_on_demand()  # nothing listens yet: a round that finds nothing
+            assert directory.versions() == {}
+            server = await start_server(address)  # the service comes up within the interval
+            await directory.refresh_on_demand()
+            assert directory.versions() == BUILT_IN
+        finally:
+            await directory.close()
+            if server is not None:
+                await server.stop(0)
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
