@@ -16,6 +16,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
 
@@ -47,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_session(master: str | None, shuffle_partitions: int | None = None):  # type: ignore[no-untyped-def]
+def build_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
     """A SparkSession with the JDBC drivers on its class path, UTC, no UI."""
     from pyspark.sql import SparkSession
 
@@ -73,10 +77,10 @@ def build_session(master: str | None, shuffle_partitions: int | None = None):  #
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from pyspark.sql import SparkSession
+
     from jobs.rebalance_metrics import job
     from jobs.rebalance_metrics.source import SourceError, parse_database_url
-
-    from pyspark.sql import SparkSession
 
     # Embedded (a session already running in this process): use it, and leave it running.
     own_session = SparkSession.getActiveSession() is None

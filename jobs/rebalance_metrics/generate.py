@@ -137,7 +137,10 @@ class Generator:
         g.serial += 1
         name = f"conn{g.serial}"
         g.connectors[name] = g.rng.randint(1, 8)
-        self.admin("put_connector", admin_pb2.PutConnectorRequest(group_id=g.gid, connector=name, task_count=g.connectors[name]))
+        self.admin(
+            "put_connector",
+            admin_pb2.PutConnectorRequest(group_id=g.gid, connector=name, task_count=g.connectors[name]),
+        )
 
     def add_worker(self, g: SimGroup) -> None:
         g.serial += 1
@@ -208,7 +211,7 @@ class Generator:
         for g in self.groups:
             if g.torn_down_until and self.now < g.torn_down_until:
                 continue
-            if g.torn_down_until or not g.workers and not g.connectors:
+            if g.torn_down_until or (not g.workers and not g.connectors):
                 g.torn_down_until = 0
                 self.setup(g)
                 continue

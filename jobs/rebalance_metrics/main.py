@@ -1,5 +1,9 @@
-"""The job file for ``spark-submit jobs/rebalance_metrics/main.py run --database URL --output DIR ...``:
-the same entry point as ``connect-metrics``. spark-submit runs this file as a script, so the
+"""The job file for spark-submit, the same entry point as ``connect-metrics``::
+
+    spark-submit --master URL --jars /usr/share/java/postgresql.jar,/usr/share/java/sqlite-jdbc.jar \
+        jobs/rebalance_metrics/main.py run --database URL --output DIR [--report FILE.html]
+
+(spark-submit starts the JVM before this file runs, so the JDBC drivers are given with --jars.) spark-submit runs this file as a script, so the
 repository root is put on the path first (the executors need no Python code: the job has no UDFs)."""
 
 import sys

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
     )
 
 
-def bars_svg(labels: Sequence[str], series: dict[str, Sequence[float]], colors: dict[str, str], unit: str) -> str:
+def bars_svg(labels: Sequence[str], series: Mapping[str, Sequence[float]], colors: dict[str, str], unit: str) -> str:
     """Vertical (stacked) bars, one per label."""
     if not labels or not any(v for vals in series.values() for v in vals):
         return '<p class="empty">no data</p>'
@@ -133,7 +133,7 @@ def bars_svg(labels: Sequence[str], series: dict[str, Sequence[float]], colors: 
         body.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{top * frac:.4g}</text>')
         body.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
     for i, label in enumerate(labels):
-        base = height - bottom
+        base = float(height - bottom)
         for name, vals in series.items():
             v = vals[i]
             if v <= 0:
@@ -240,7 +240,9 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
         .collect()
     )
     quality = dq.groupBy("check").agg(F.sum("events").alias("n")).orderBy("check").collect()
-    totals = ge.agg(F.count("*").alias("epochs"), F.min("bumped_at").alias("t0"), F.max("bumped_at").alias("t1")).first()
+    totals = ge.agg(
+        F.count("*").alias("epochs"), F.min("bumped_at").alias("t0"), F.max("bumped_at").alias("t1")
+    ).first()
     return {
         "lanes": lanes,
         "tts": tts,
@@ -327,12 +329,10 @@ def render(data: dict[str, Any], generated_at: dt.datetime | None = None) -> str
         summary_rows,
     )
     quality = (
-        _table(("check", "events"), data["quality"])
-        if data["quality"]
-        else '<p class="empty">no bad input found</p>'
+        _table(("check", "events"), data["quality"]) if data["quality"] else '<p class="empty">no bad input found</p>'
     )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>Connect rebalance report</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>Connect rebalance report</h1>"

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -99,7 +99,7 @@ class Bounds:
     count: int
 
 
-def _reader(spark: SparkSession, db: Database):  # type: ignore[no-untyped-def]
+def _reader(spark: SparkSession, db: Database) -> DataFrameReader:
     r = spark.read.format("jdbc").option("url", db.jdbc_url)
     for k, v in db.properties.items():
         r = r.option(k, v)
@@ -118,7 +118,13 @@ def bounds(spark: SparkSession, db: Database, from_id: int) -> Bounds:
             .collect()[0]
         )
     except Exception as e:  # the JVM's SQLException arrives as a Py4J/Spark error
-        raise SourceError(f"cannot read rebalance_events from {db.display}: {_first_line(e)}") from None
+        message = _first_line(e)
+        if message == db.properties["driver"] or "ClassNotFound" in str(e).split("\n", 1)[0]:
+            raise SourceError(
+                f"JDBC driver {db.properties['driver']} not on the class path: under spark-submit pass "
+                f"--jars {','.join(driver_jars())}"
+            ) from None
+        raise SourceError(f"cannot read rebalance_events from {db.display}: {message}") from None
     return Bounds(row["lo"], row["hi"], int(row["n"] or 0))
 
 

@@ -124,7 +124,8 @@ OUTPUT_SCHEMAS: dict[str, T.StructType] = {
 ANCHORS = {
     "group_epochs": "bumped_at",
     "member_revocations": "requested_at",
-    "item_downtime": "stopped_at",
+    # (the event that stopped the item: for a lost member, its loss, a little after its last heartbeat)
+    "item_downtime": "opened_t",
     "group_summary": "hour",
 }
 HOUR_MS = 3_600_000
@@ -283,6 +284,7 @@ def downtime(ie: DataFrame) -> DataFrame:
         # internal
         "is_task",
         F.col("o.id").alias("opener_id"),
+        F.col("o.t").alias("opened_t"),
         F.col("c.id").alias("closer_id"),
         F.when(F.col("c.kind") == START, F.col("c.assignment_epoch")).alias("started_epoch"),
         F.col("c.inc").alias("started_inc"),
@@ -303,9 +305,7 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
         F.lead("id").over(Window.partitionBy("group_id", "inc").orderBy("id")).alias("next_bump_id"),
     )
     requested = (
-        ev.filter(e == EventType.ASSIGNMENT_REQUESTED)
-        .groupBy(*key)
-        .agg(F.min("t").alias("assignment_requested_at"))
+        ev.filter(e == EventType.ASSIGNMENT_REQUESTED).groupBy(*key).agg(F.min("t").alias("assignment_requested_at"))
     )
     installed = (
         ev.filter(e == EventType.ASSIGNMENT_INSTALLED)
@@ -315,7 +315,9 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
         .select(
             *key,
             F.col("i.t").alias("assignment_installed_at"),
-            F.when(F.col("i.executor") == "service", "service").when(F.col("i").isNotNull(), "worker").alias("executor"),
+            F.when(F.col("i.executor") == "service", "service")
+            .when(F.col("i").isNotNull(), "worker")
+            .alias("executor"),
         )
     )
     stable = (
@@ -390,7 +392,9 @@ def revocations(ev: DataFrame) -> DataFrame:
     is_req = e == EventType.REVOCATION_REQUESTED
     seg = F.coalesce(F.sum(F.when(is_req, 0).otherwise(1)).over(w), F.lit(0))
     names = F.concat(
-        F.transform(F.coalesce(F.col("d.connectors"), F.array().cast("array<string>")), lambda x: F.concat(F.lit("c:"), x)),
+        F.transform(
+            F.coalesce(F.col("d.connectors"), F.array().cast("array<string>")), lambda x: F.concat(F.lit("c:"), x)
+        ),
         F.transform(F.coalesce(F.col("d.tasks"), F.array().cast("array<string>")), lambda x: F.concat(F.lit("t:"), x)),
     )
     s = rv.select("*", seg.alias("seg"), F.when(is_req, names).alias("names"))
@@ -450,7 +454,7 @@ def summary(ev: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
     )
     down = (
         dt.filter(F.col("is_task") & F.col("downtime_ms").isNotNull())
-        .withColumn("hour", (F.floor(F.col("stopped_at") / HOUR_MS) * HOUR_MS).cast("long"))
+        .withColumn("hour", (F.floor(F.col("opened_t") / HOUR_MS) * HOUR_MS).cast("long"))
         .groupBy("group_id", "hour")
         .agg(F.sum("downtime_ms").alias("down_ms"))
     )
@@ -500,9 +504,7 @@ def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
     # The group's last epoch was being assigned or reconciled (not merely an empty group's).
     last = ge.filter(
         F.col("next_bump_id").isNull() & F.col("stable_at").isNull() & F.col("assignment_requested_at").isNotNull()
-    ).select(
-        "group_id", "inc", "bump_id"
-    )
+    ).select("group_id", "inc", "bump_id")
     mid = (
         deleted.join(last, ["group_id", "inc"])
         .filter(F.col("bump_id") < F.col("did"))
@@ -538,7 +540,7 @@ def compute(raw: DataFrame) -> Outputs:
     }
     open_anchors = (
         dt.filter(F.col("closer_id").isNull())
-        .select(F.col("stopped_at").alias("anchor_at"), F.col("opener_id").alias("anchor_id"))
+        .select(F.col("opened_t").alias("anchor_at"), F.col("opener_id").alias("anchor_id"))
         .unionByName(
             ge.filter(F.col("stable_at").isNull() & F.col("next_bump_id").isNull()).select(
                 F.col("bumped_at").alias("anchor_at"), F.col("bump_id").alias("anchor_id")
@@ -553,10 +555,6 @@ def compute(raw: DataFrame) -> Outputs:
     closed_spans = (
         dt.filter(F.col("closer_id").isNotNull())
         .select(F.col("opener_id").alias("first_id"), F.col("closer_id").alias("last_id"))
-        .unionByName(
-            mr.filter(F.col("end_id").isNotNull()).select(
-                F.col("first_id"), F.col("end_id").alias("last_id")
-            )
-        )
+        .unionByName(mr.filter(F.col("end_id").isNotNull()).select(F.col("first_id"), F.col("end_id").alias("last_id")))
     )
     return Outputs(tables, open_anchors, closed_spans, ev.select("id", "t"))

@@ -148,7 +148,12 @@ def simulator_scenarios(seeds: list[int], steps: int = 150) -> list[RebalanceEve
         assert result.violation is None, result.violation
         for stored in sim.node.storage.read_events():
             ev = stored.record
-            out.append(dataclasses.replace(ev, group_id=f"sim{seed}-{ev.group_id}", time_ms=T0 + ev.time_ms))
+            details = dict(ev.details)
+            if details.get("last_heartbeat_ms") is not None:
+                details["last_heartbeat_ms"] += T0  # the same clock as the event times
+            out.append(
+                dataclasses.replace(ev, group_id=f"sim{seed}-{ev.group_id}", time_ms=T0 + ev.time_ms, details=details)
+            )
     return out
 
 

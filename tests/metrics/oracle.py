@@ -68,6 +68,7 @@ class _Down:
     stopped_at: int
     cause: str
     from_member: str | None
+    event_t: int  # when the event that stopped it was written (hour of the summary it counts in)
 
 
 @dataclass
@@ -146,18 +147,18 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         c["fences"] += ev == "member_fenced"
         c["expiries"] += ev == "member_expired"
 
-        def named(prefix: str = "") -> list[tuple[bool, str]]:
+        def named(prefix: str = "", d: dict[str, Any] = d) -> list[tuple[bool, str]]:
             return [(False, x) for x in d.get(prefix + "connectors") or []] + [
                 (True, x) for x in d.get(prefix + "tasks") or []
             ]
 
         # ---- items
-        def stop(at: int, cause: str) -> None:
+        def stop(at: int, cause: str, gid: str = gid, member: str | None = member, t: int = t) -> None:
             for is_task, name in named():
                 key = (gid, is_task, name)
                 s = item_state.get(key)
                 if s is None or (isinstance(s, tuple) and s[0] == "run"):
-                    item_state[key] = _Down(at, cause, member)
+                    item_state[key] = _Down(at, cause, member, t)
 
         def close(key: tuple[str, bool, str], s: _Down, at: int, to: str | None, cause: str) -> None:
             downtime.append(
@@ -171,6 +172,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                     "to_member_id": to,
                     "cause": cause,
                     "_is_task": key[1],
+                    "_event_t": s.event_t,
                 }
             )
 
@@ -196,7 +198,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             for is_task, name in named():
                 key = (gid, is_task, name)
                 if not isinstance(item_state.get(key), _Down):
-                    item_state[key] = _Down(t, "new", None)
+                    item_state[key] = _Down(t, "new", None, t)
         if ev in ("group_epoch_bumped", "group_deleted"):
             for is_task, name in named("removed_"):
                 key = (gid, is_task, name)
@@ -273,6 +275,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                     "to_member_id": None,
                     "cause": s.cause,
                     "_is_task": key[1],
+                    "_event_t": s.event_t,
                 }
             )
     for (gid, member), rv in revs.items():
@@ -327,7 +330,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             h["tts"].append(e["time_to_stable_ms"])
     for x in downtime:
         if x["_is_task"] and x["downtime_ms"] is not None:
-            hour_row(x["group_id"], x["stopped_at"] // HOUR * HOUR)["down_ms"] += x["downtime_ms"]
+            hour_row(x["group_id"], x["_event_t"] // HOUR * HOUR)["down_ms"] += x["downtime_ms"]
 
     def pct(values: list[int], p: float) -> int | None:
         if not values:
@@ -359,7 +362,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         for (check, _), ids in dq.items()
     ]
     for x in downtime:
-        del x["_is_task"]
+        del x["_is_task"], x["_event_t"]
     return {
         "group_epochs": group_epochs,
         "member_revocations": revocations,

@@ -3,6 +3,11 @@ every output table checked against the independent plain-Python oracle (tests/me
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +16,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.rebalance_metrics import cli, job
-from jobs.rebalance_metrics.source import SourceError
+from jobs.rebalance_metrics.report import write_report
+from jobs.rebalance_metrics.source import SourceError, driver_jars
 from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
 from services.coordinator.records import RebalanceEvent
 from services.storage import Storage
 from tests.metrics.logs import bad_rows, read_rows, seed_case_studies, simulator_scenarios, write_events
 from tests.metrics.oracle import oracle
+from tests.metrics.standalone import REPO, SPARK_BIN, standalone_cluster
 
 TABLES = tuple(OUTPUT_SCHEMAS)
 
@@ -119,10 +126,13 @@ def test_incremental_runs_give_what_one_full_run_gives(
     write_events(url, events[:cut])
     first = job.run(spark, url, out)
     assert first.full and 0 < first.events_read == cut
-    write_events(url, events[cut : cut + 400])
-    assert not job.run(spark, url, out).full
-    write_events(url, events[cut + 400 :])
-    assert job.run(spark, url, out).events_read > 0
+    middle = (cut + len(events)) // 2
+    write_events(url, events[cut:middle])
+    second = job.run(spark, url, out)
+    assert not second.full and second.last_event_id == middle
+    write_events(url, events[middle:])
+    third = job.run(spark, url, out)
+    assert not third.full and third.last_event_id == len(events)
     got, full = actual(spark, out), actual(spark, sqlite_run)
     for name in TABLES:
         assertDataFrameEqual(got[name], full[name])
@@ -170,3 +180,75 @@ def test_operator_errors_are_one_line_and_a_nonzero_exit(
     # The shared session is still usable (the CLI leaves an embedding session running).
     assert spark.range(3).count() == 3
 
+
+def test_the_report_renders_in_headless_chromium(spark: SparkSession, sqlite_run: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    write_report(spark, sqlite_run, report)
+    text = report.read_text()
+    assert "<script" not in text and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    chromium = shutil.which("chromium")
+    assert chromium is not None, "chromium is installed by scripts/setup_system.sh"
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # Chromium logs every console message (script errors, invalid SVG attributes, ...) as CONSOLE.
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
+    dom = proc.stdout
+    for chart in ("epoch-timeline", "time-to-stable", "downtime-per-connector", "moves-per-rebalance"):
+        section = re.search(rf'<section class="chart" id="{chart}".*?</section>', dom, re.S)
+        assert section is not None, chart
+        assert section.group(0).count("<rect") >= 2, chart  # drawn with data, not "no data"
+    assert re.search(r'<section id="summary".*?<td>g</td>', dom, re.S)
+    assert "unknown_event_type" in dom
+
+
+def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
+    sqlite_url: str, sqlite_run: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    with standalone_cluster(tmp_path, workers=2) as master:
+        out = tmp_path / "cluster-out"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        proc = subprocess.run(
+            [
+                str(SPARK_BIN / "spark-submit"),
+                "--master",
+                master,
+                "--conf",
+                "spark.driver.host=127.0.0.1",
+                "--conf",
+                "spark.executor.memory=512m",
+                "--conf",
+                "spark.cores.max=2",
+                "--jars",
+                ",".join(driver_jars()),
+                str(REPO / "jobs" / "rebalance_metrics" / "main.py"),
+                "run",
+                "--database",
+                sqlite_url,
+                "--output",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "full run" in proc.stdout
+    got, local = actual(spark, out), actual(spark, sqlite_run)
+    for name in TABLES:
+        assertDataFrameEqual(got[name], local[name])
