@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,14 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
     b = source.bounds(spark, db, from_id)
     if state is not None and (b.max_id is None or b.max_id <= int(state["last_event_id"])):
         return RunStats(0, False, int(state["last_event_id"]), _quality_totals(spark, out))
+
+    if b.count == 0 and state is None:
+        # An empty log: empty tables (empty folders; read_table gives them their columns).
+        for name in TABLES:
+            shutil.rmtree(out / name, ignore_errors=True)
+            (out / name).mkdir()
+        _write_checkpoint(out, {"version": 1, "database": db.display, "last_event_id": 0, "rewrite_from_date": None})
+        return RunStats(0, True, 0, {})
 
     raw = source.read_events(spark, db, b)
     result = compute(raw)
