@@ -123,7 +123,7 @@ def bars_svg(labels: Sequence[str], series: Mapping[str, Sequence[float]], color
     """Vertical (stacked) bars, one per label."""
     if not labels or not any(v for vals in series.values() for v in vals):
         return '<p class="empty">no data</p>'
-    width, height, left, bottom = 940, 260, 50, 40
+    width, height, left, bottom = 940, 280, 50, 60
     totals = [sum(vals[i] for vals in series.values()) for i in range(len(labels))]
     top = max(totals) or 1
     bw = (width - left - 10) / len(labels)
@@ -146,7 +146,7 @@ def bars_svg(labels: Sequence[str], series: Mapping[str, Sequence[float]], color
             base -= h
         body.append(
             f'<text x="{left + (i + 0.5) * bw:.1f}" y="{height - bottom + 14}" text-anchor="middle" '
-            f'transform="rotate(30 {left + (i + 0.5) * bw:.1f} {height - bottom + 14})">{_esc(label[:18])}</text>'
+            f'transform="rotate(20 {left + (i + 0.5) * bw:.1f} {height - bottom + 14})">{_esc(label[:24])}</text>'
         )
     legend = _legend(colors) if len(series) > 1 else ""
     return legend + _svg(width, height, body, unit)
@@ -203,7 +203,7 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
     )
     down_rows = (
         dtm.filter(F.col("downtime_ms").isNotNull())
-        .withColumn("connector", F.concat_ws(" / ", "group_id", connector))
+        .withColumn("connector", F.concat_ws(" @ ", connector, "group_id"))
         .groupBy("connector", "cause")
         .agg(F.sum("downtime_ms").alias("ms"))
         .collect()
