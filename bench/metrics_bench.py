@@ -87,7 +87,10 @@ def copy_postgres(source: Path, url: str, n: int) -> None:
                 buf = io.StringIO()
                 csv.writer(buf).writerows(batch)
                 buf.seek(0)
-                cur.copy_expert(f"COPY rebalance_events ({COLUMNS}) FROM STDIN WITH (FORMAT csv)", buf)
+                cur.copy_expert(
+                    f"COPY rebalance_events ({COLUMNS}) FROM STDIN WITH (FORMAT csv, FORCE_NOT_NULL (group_id, event, member_id))",
+                    buf,
+                )
         cur.execute(
             "SELECT setval(pg_get_serial_sequence('rebalance_events', 'id'), (SELECT MAX(id) FROM rebalance_events))"
         )
