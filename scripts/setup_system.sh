@@ -36,6 +36,10 @@ need "podman runc buildah aardvark-dns netavark iptables" have_cmd podman
 need "iptables" have_cmd iptables                   # netavark (podman networks) sets up NAT with it
 need "debootstrap" have_cmd debootstrap
 need "podman-compose" have_cmd podman-compose
+need "default-jre-headless" have_cmd java                             # the metrics job runs on Spark (a JVM)
+need "libpostgresql-jdbc-java" have_pkg libpostgresql-jdbc-java      # Spark's JDBC driver for PostgreSQL (metrics job)
+need "libxerial-sqlite-jdbc-java" have_pkg libxerial-sqlite-jdbc-java # Spark's JDBC driver for SQLite (metrics job)
+need "chromium" have_cmd chromium                                    # renders the metrics report in a test (headless)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all present"

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.coordinator",
     "tests.fixtures.processes",
     "tests.fixtures.prometheus",
+    "tests.fixtures.spark",
 ]

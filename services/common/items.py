@@ -75,6 +75,11 @@ class Items:
         yield from self.connectors
         yield from self.tasks
 
+    def names(self, prefix: str = "") -> dict[str, Any]:
+        """The items as sorted names for the event log's details: `{prefix}connectors`, and
+        `{prefix}tasks` as `connector-task`."""
+        return {f"{prefix}connectors": sorted(self.connectors), f"{prefix}tasks": [str(t) for t in sorted(self.tasks)]}
+
     def __str__(self) -> str:
         parts = sorted(self.connectors) + [str(t) for t in sorted(self.tasks)]
         return "[" + ", ".join(parts) + "]"

@@ -20,7 +20,7 @@ from typing import Any
 
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.common.items import EMPTY, Items
+from services.common.items import EMPTY, Items, all_items
 from services.coordinator import explain, validation
 from services.coordinator.assignment import (
     SERVICE_EXECUTOR,
@@ -68,6 +68,7 @@ from services.coordinator.records import (
 )
 from services.coordinator.state import (
     NO_ASSIGNMENT,
+    STABLE,
     STATIC_LEAVE_EPOCH,
     CoordinatorState,
     Group,
@@ -100,12 +101,16 @@ class _Sink:
         self.state = state
         self.now_ms = now_ms
         self.records: list[Record] = []
+        # Groups this handler changed or logged something for (group_stable is only checked for them).
+        self.touched: set[str] = set()
 
     def emit(self, record: Record) -> None:
         self.state.replay(record)
         self.records.append(record)
+        self.touched.add(record.group_id)
 
     def event(self, group: Group, event: str, member_id: str = "", member_epoch: int = 0, **details: Any) -> None:
+        self.touched.add(group.group_id)
         self.records.append(
             RebalanceEvent(
                 group_id=group.group_id,
@@ -243,6 +248,7 @@ class GroupCoordinator:
         # session timeout, and its SDK stops its work only by the session it was last told.
         member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
         self.timer.schedule(_session_key(gid, mid), member.session_deadline_ms)
+        member.last_heartbeat_ms = now
 
         before = member.current
         # A lost-response request is answered with the member's current assignment and changes
@@ -351,6 +357,7 @@ class GroupCoordinator:
                 carried.member_epoch,
                 replaced=old.member_id,
                 instance_id=instance_id,
+                **carried.assigned.names(),
             )
             if self._assignment_input(old.meta) != self._assignment_input(meta):
                 self._bump(sink, group, "member_metadata_changed", mid)
@@ -459,17 +466,31 @@ class GroupCoordinator:
         sink.emit(CurrentAssignment(group.group_id, mid, after))
         key = ("revocation", group.group_id, mid)
         if before.state == MemberState.UNREVOKED_ITEMS and after.state != MemberState.UNREVOKED_ITEMS:
-            sink.event(group, EventType.REVOCATION_ACKNOWLEDGED, mid, after.member_epoch, items=len(before.revoking))
+            sink.event(
+                group,
+                EventType.REVOCATION_ACKNOWLEDGED,
+                mid,
+                after.member_epoch,
+                items=len(before.revoking),
+                **before.revoking.names(),
+            )
             self.timer.cancel(key)
         if after.state == MemberState.UNREVOKED_ITEMS and after.revoking != before.revoking:
-            sink.event(group, EventType.REVOCATION_REQUESTED, mid, after.member_epoch, items=len(after.revoking))
+            sink.event(
+                group,
+                EventType.REVOCATION_REQUESTED,
+                mid,
+                after.member_epoch,
+                items=len(after.revoking),
+                **after.revoking.names(),
+            )
             self.timer.schedule(key, now + member.meta.rebalance_timeout_ms)
             member.revoking_since_ms = now
         if after.member_epoch != before.member_epoch:
             sink.event(group, EventType.MEMBER_EPOCH_ADVANCED, mid, after.member_epoch, previous=before.member_epoch)
         gained = after.assigned - before.assigned
         if gained:
-            sink.event(group, EventType.ITEMS_ASSIGNED, mid, after.member_epoch, items=len(gained))
+            sink.event(group, EventType.ITEMS_ASSIGNED, mid, after.member_epoch, items=len(gained), **gained.names())
 
     # ---- leaving, fencing, expiry ----------------------------------------------------------------
 
@@ -505,7 +526,14 @@ class GroupCoordinator:
                     )
                 )
                 self.timer.cancel(("revocation", group.group_id, member.member_id))
-                sink.event(group, EventType.MEMBER_LEFT, member.member_id, cur.member_epoch, temporary=True)
+                sink.event(
+                    group,
+                    EventType.MEMBER_LEFT,
+                    member.member_id,
+                    cur.member_epoch,
+                    temporary=True,
+                    **cur.assigned.names(),
+                )
             if group.in_flight is not None and group.in_flight.executor == member.member_id:
                 self._abandon_assignment(sink, group, now, "executor left")
         else:
@@ -557,6 +585,8 @@ class GroupCoordinator:
             member.member_epoch,
             items=len(owned),
             held=bool(hold and owned and release_at > now),
+            last_heartbeat_ms=member.last_heartbeat_ms or None,
+            **owned.names(),
             **details,
         )
         if group.in_flight is not None and group.in_flight.executor == mid:
@@ -596,7 +626,12 @@ class GroupCoordinator:
                 if items is not None:
                     sink.emit(HeldAssignment(gid, key[2], None))
                     sink.event(
-                        group, EventType.ITEMS_RELEASED, key[2], items=len(items), cause="fenced_session_elapsed"
+                        group,
+                        EventType.ITEMS_RELEASED,
+                        key[2],
+                        items=len(items),
+                        cause="fenced_session_elapsed",
+                        **items.names(),
                     )
             elif kind == "assignment":
                 if group.in_flight is not None:
@@ -618,14 +653,21 @@ class GroupCoordinator:
 
     # ---- the assignment process ---------------------------------------------------------------
 
-    def _bump(self, sink: _Sink, group: Group, reason: str, member_id: str = "") -> None:
+    def _bump(self, sink: _Sink, group: Group, reason: str, member_id: str = "", **details: Any) -> None:
         sink.emit(GroupMetadata(group.group_id, replace(group.meta, epoch=group.epoch + 1)))
-        sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason)
+        sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
 
     def _after_change(self, sink: _Sink, group: Group, now: int) -> None:
         if self.state.groups.get(group.group_id) is not group:
             return
         self._maybe_start_assignment(sink, group, now)
+        if (
+            group.group_id in sink.touched
+            and group.stable_logged_epoch != group.assignment_epoch
+            and group.state() == STABLE
+        ):
+            group.stable_logged_epoch = group.assignment_epoch
+            sink.event(group, EventType.GROUP_STABLE)
         key = ("retention", group.group_id)
         if not group.members and not group.connectors:
             if self.timer.deadline(key) is None:
@@ -922,8 +964,16 @@ class GroupCoordinator:
             group = self._group_or_create(sink, req.group_id, now_ms)
             if group.connectors.get(req.connector) != req.task_count:
                 previous = group.connectors.get(req.connector)
+                before = all_items({req.connector: previous}) if previous is not None else EMPTY
+                after = all_items({req.connector: req.task_count})
                 sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count))
-                self._bump(sink, group, "connector_added" if previous is None else "task_count_changed")
+                self._bump(
+                    sink,
+                    group,
+                    "connector_added" if previous is None else "task_count_changed",
+                    **(after - before).names(),
+                    **(before - after).names("removed_"),
+                )
             self._after_change(sink, group, now_ms)
             response = admin_pb2.PutConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
@@ -956,8 +1006,9 @@ class GroupCoordinator:
                 raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
             if req.connector not in group.connectors:
                 raise invalid(f"connector '{req.connector}' is not defined in group '{req.group_id}'")
+            removed = all_items({req.connector: group.connectors[req.connector]})
             sink.emit(ConnectorRecord(group.group_id, req.connector, None))
-            self._bump(sink, group, "connector_removed")
+            self._bump(sink, group, "connector_removed", **removed.names("removed_"))
             self._after_change(sink, group, now_ms)
             response = admin_pb2.DeleteConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
@@ -1081,7 +1132,7 @@ class GroupCoordinator:
         return None
 
     def _delete_group(self, sink: _Sink, group: Group) -> None:
-        sink.event(group, EventType.GROUP_DELETED)
+        sink.event(group, EventType.GROUP_DELETED, **all_items(group.connectors).names("removed_"))
         sink.emit(GroupMetadata(group.group_id, None))
         for kind in ("retention", "scheduled", "assignment"):
             self.timer.cancel((kind, group.group_id))

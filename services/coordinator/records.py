@@ -255,3 +255,5 @@ class EventType:
     ITEMS_ASSIGNED = "items_assigned"
     GROUP_CREATED = "group_created"
     GROUP_DELETED = "group_deleted"
+    # Every member at the assignment epoch with nothing pending (the analytics job's `stable_at`).
+    GROUP_STABLE = "group_stable"

@@ -71,6 +71,9 @@ class Member:
     last_request_sequence: int = -1
     # Volatile: when the revocation in progress was requested (after a restart: the restart time).
     revoking_since_ms: int = 0
+    # Volatile: coordinator time of its last accepted heartbeat (0: none since a restart); recorded
+    # in the event of its loss, where the analytics job starts the downtime of its work.
+    last_heartbeat_ms: int = 0
 
     @property
     def member_epoch(self) -> int:
@@ -109,6 +112,8 @@ class Group:
     failed_executors: set[str] = field(default_factory=set)
     # Volatile: the last failed assignment (executor, why, when), for DescribeGroups; None: none since start.
     last_assignment_error: tuple[str, str, int] | None = None
+    # Volatile: the last assignment epoch a `group_stable` event was written for.
+    stable_logged_epoch: int = -1
 
     @property
     def epoch(self) -> int:

@@ -1,0 +1,178 @@
+"""The metrics job end to end (JDBC read, compute, Parquet write) on local[2], in events per second,
+for logs of growing size, over SQLite and PostgreSQL; the JVM start is reported apart; the plain-
+Python oracle (tests/metrics/oracle.py) over the same rows is the baseline.
+
+The events come from the real coordinator (`python -m jobs.rebalance_metrics.generate`), generated
+once into a SQLite file (--source, reused when it already holds enough events); each size is the
+first N events of it, copied into a fresh SQLite file and (with --postgres) a fresh PostgreSQL
+database on a throwaway local server.
+
+    .venv/bin/python bench/metrics_bench.py [--source /tmp/metrics-bench/source.db] [--sizes 500000,1000000]
+                                            [--postgres] [--no-oracle]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "proto"))
+
+from services.storage import Storage  # noqa: E402
+
+COLUMNS = "id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details"
+
+
+def ensure_source(path: Path, events: int) -> None:
+    have = 0
+    if path.exists():
+        with sqlite3.connect(path) as c:
+            have = c.execute("SELECT COUNT(*) FROM rebalance_events").fetchone()[0]
+    if have >= events:
+        return
+    path.unlink(missing_ok=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.rebalance_metrics.generate",
+            "--database",
+            f"sqlite:///{path}",
+            "--events",
+            str(events),
+            "--groups",
+            "400",
+            "--seed",
+            "7",
+        ],
+        cwd=REPO,
+        check=True,
+    )
+
+
+def copy_sqlite(source: Path, target: Path, n: int) -> str:
+    url = f"sqlite:///{target}"
+    with Storage(url):
+        pass  # migrated, empty
+    with sqlite3.connect(target) as c:
+        c.execute("ATTACH DATABASE ? AS src", (str(source),))
+        c.execute(
+            f"INSERT INTO rebalance_events ({COLUMNS}) SELECT {COLUMNS} FROM src.rebalance_events WHERE id <= ?", (n,)
+        )
+    return url
+
+
+def copy_postgres(source: Path, url: str, n: int) -> None:
+    import csv
+    import io
+
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    with Storage(url):
+        pass  # migrated, empty
+    u = make_url(url)
+    with psycopg2.connect(host=u.host, port=u.port, user=u.username, dbname=u.database) as pg, pg.cursor() as cur:
+        with sqlite3.connect(source) as c:
+            rows = c.execute(f"SELECT {COLUMNS} FROM rebalance_events WHERE id <= ? ORDER BY id", (n,))
+            while batch := rows.fetchmany(100_000):
+                buf = io.StringIO()
+                csv.writer(buf).writerows(batch)
+                buf.seek(0)
+                cur.copy_expert(
+                    f"COPY rebalance_events ({COLUMNS}) FROM STDIN WITH (FORMAT csv, FORCE_NOT_NULL (group_id, event, member_id))",
+                    buf,
+                )
+        cur.execute(
+            "SELECT setval(pg_get_serial_sequence('rebalance_events', 'id'), (SELECT MAX(id) FROM rebalance_events))"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", type=Path, default=Path(tempfile.gettempdir()) / "metrics-bench" / "source.db")
+    ap.add_argument("--sizes", default="500000,1000000")
+    ap.add_argument("--postgres", action="store_true", help="also over a throwaway local PostgreSQL")
+    ap.add_argument("--no-oracle", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    args.source.parent.mkdir(parents=True, exist_ok=True)
+    ensure_source(args.source, max(sizes))
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from jobs.rebalance_metrics import job
+    from jobs.rebalance_metrics.cli import build_session
+    from tests.metrics.logs import read_rows
+    from tests.metrics.oracle import oracle
+
+    started = time.monotonic()
+    spark = build_session("local[2]", shuffle_partitions=4)
+    jvm_s = time.monotonic() - started
+
+    server = None
+    databases: list[tuple[str, str]] = []
+    work = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
+    results: list[tuple[str, int, float, float | None]] = []
+    try:
+        # Warm-up (JIT, code generation) on a small log, not measured.
+        job.run(spark, copy_sqlite(args.source, work / "warm.db", 20_000), work / "warm-out", full=True)
+        if args.postgres:
+            from tests.fixtures.postgres import PostgresServer, create_test_database, ensure_installed
+
+            server = PostgresServer(ensure_installed())
+            server.start()
+        for n in sizes:
+            databases = [("SQLite", copy_sqlite(args.source, work / f"{n}.db", n))]
+            if server is not None:
+                pg = create_test_database(server.url())
+                copy_postgres(args.source, pg, n)
+                databases.append(("PostgreSQL", pg))
+            oracle_s = None
+            if not args.no_oracle:
+                rows = read_rows(databases[0][1])
+                t = time.monotonic()
+                oracle(rows)
+                oracle_s = time.monotonic() - t
+                del rows
+            for name, url in databases:
+                t = time.monotonic()
+                stats = job.run(spark, url, work / f"out-{name}-{n}", full=True)
+                took = time.monotonic() - t
+                assert stats.events_read == n, stats
+                results.append((name, n, took, oracle_s))
+                print(f"{name} {n:,} events: {took:.1f} s, {n / took:,.0f} events/s", file=sys.stderr)
+    finally:
+        spark.stop()
+        if server is not None:
+            server.stop()
+
+    lines = [
+        f"local[2], {os.cpu_count()} CPUs; JVM + SparkSession start {jvm_s:.1f} s (not included below); "
+        "end to end = JDBC read + compute + Parquet write of the five tables + checkpoint.",
+        "",
+        "| database | events | job s | job events/s | oracle s (plain Python) | oracle events/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {db} | {n:,} | {s:.1f} | {n / s:,.0f} | "
+            + (f"{o:.1f} | {n / o:,.0f} |" if o is not None else "- | - |")
+            for db, n, s, o in results
+        ),
+    ]
+    table = "\n".join(lines)
+    print(table)
+    out = REPO / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "metrics_bench.md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""``connect-metrics run``: the rebalance analytics job (SPEC §8).
+
+    connect-metrics run --database URL --output DIR [--report FILE.html] [--master URL] [--full]
+
+Also runnable as ``spark-submit jobs/rebalance_metrics/main.py run ...`` (the master then comes from
+spark-submit unless --master is given). Exit status: 0 done (data-quality problems are reported on
+stderr and in DIR/data_quality, not an error); 2 bad usage, a bad database URL, a missing table or
+driver; 1 anything else that went wrong (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="connect-metrics", description="Rebalance analytics over the coordinator's event log (PySpark)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="compute the metrics tables (Parquet) and optionally the HTML report")
+    run.add_argument(
+        "--database",
+        default=os.environ.get("CONNECT_METRICS_DATABASE"),
+        required="CONNECT_METRICS_DATABASE" not in os.environ,
+        metavar="URL",
+        help="the coordinator's database URL: sqlite:///path or postgresql+psycopg2://user:pass@host/db "
+        "(env CONNECT_METRICS_DATABASE)",
+    )
+    run.add_argument("--output", required=True, type=Path, metavar="DIR", help="output folder (Parquet + checkpoint)")
+    run.add_argument("--report", type=Path, metavar="FILE.html", help="also write the self-contained HTML report")
+    run.add_argument(
+        "--master",
+        default=os.environ.get("CONNECT_METRICS_MASTER"),
+        metavar="URL",
+        help=f"Spark master (default {DEFAULT_MASTER}, or spark-submit's); env CONNECT_METRICS_MASTER",
+    )
+    run.add_argument("--full", action="store_true", help="ignore the checkpoint: recompute and rewrite everything")
+    run.add_argument("--shuffle-partitions", type=int, default=None, help="spark.sql.shuffle.partitions")
+    return parser
+
+
+def build_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
+    """A SparkSession with the JDBC drivers on its class path, UTC, no UI."""
+    from pyspark.sql import SparkSession
+
+    from jobs.rebalance_metrics.source import driver_jars
+
+    jars = ",".join(driver_jars())
+    builder = SparkSession.builder.appName("connect-metrics")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # started by spark-submit: it chose the master
+    if master or not under_submit:
+        builder = builder.master(master or DEFAULT_MASTER)
+    builder = (
+        builder.config("spark.jars", jars)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from jobs.rebalance_metrics import job
+    from jobs.rebalance_metrics.source import SourceError, parse_database_url
+
+    # Embedded (a session already running in this process): use it, and leave it running.
+    own_session = SparkSession.getActiveSession() is None
+    try:
+        parse_database_url(args.database)  # fail fast, before the JVM starts
+        started = time.monotonic()
+        spark = build_session(args.master, args.shuffle_partitions)
+        jvm_s = time.monotonic() - started
+    except SourceError as e:
+        print(f"connect-metrics: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        print(f"connect-metrics: cannot start Spark: {_one_line(e)}", file=sys.stderr)
+        return 1
+    try:
+        began = time.monotonic()
+        stats = job.run(spark, args.database, args.output, full=args.full)
+        if args.report is not None:
+            from jobs.rebalance_metrics.report import write_report
+
+            write_report(spark, args.output, args.report)
+        job.report_quality(stats.quality, args.output)
+        kind = "full" if stats.full else "incremental"
+        print(
+            f"connect-metrics: {kind} run: {stats.events_read} events read, up to event {stats.last_event_id}, "
+            f"in {time.monotonic() - began:.1f} s (Spark start {jvm_s:.1f} s); tables in {args.output}"
+            + (f"; report {args.report}" if args.report is not None else "")
+        )
+        return 0
+    except SourceError as e:
+        print(f"connect-metrics: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        print(f"connect-metrics: failed: {_one_line(e)}", file=sys.stderr)
+        return 1
+    finally:
+        if own_session:
+            spark.stop()
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,560 @@
+"""The computation: `rebalance_events` rows in, the tables of SPEC §8 out, as DataFrame/SQL
+operations only (window functions over `partitionBy(group).orderBy(id)`, joins and aggregates;
+no Python UDFs, nothing collected to the driver).
+
+Order is the event id (the commit order); times are made monotonic per group (a clock going
+backwards is counted and the previous time kept), so no duration is negative.
+
+Per-item downtime: every event that moves work is exploded into per-item events -- START (the item
+handed to a member: `items_assigned`, a static member's return), STOP (revocation requested, member
+left, member lost at its last heartbeat), CREATE (connector added / tasks added), DELETE (connector
+or tasks removed, group deleted). START and DELETE close a segment; the first STOP or CREATE of a
+segment opens it (a STOP only while the item is running, not after its deletion). Each segment with
+an opener is one `item_downtime` row: `cause` is the opener's (moved, member_left, member_lost,
+new), or `deleted` when a DELETE closed it; an open segment (still down) has no `started_at` yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from services.coordinator.records import EventType
+
+KNOWN_EVENTS = sorted(v for k, v in vars(EventType).items() if k.isupper())
+
+ITEM_LISTS = ("connectors", "tasks", "removed_connectors", "removed_tasks")
+DETAILS_SCHEMA = T.StructType(
+    [
+        T.StructField("items", T.LongType()),
+        *(T.StructField(name, T.ArrayType(T.StringType())) for name in ITEM_LISTS),
+        T.StructField("reason", T.StringType()),
+        T.StructField("cause", T.StringType()),
+        T.StructField("temporary", T.BooleanType()),
+        T.StructField("executor", T.StringType()),
+        T.StructField("last_heartbeat_ms", T.LongType()),
+        T.StructField("_corrupt", T.StringType()),
+    ]
+)
+
+# The input: rebalance_events as read (JDBC) or built (tests).
+EVENTS_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("group_id", T.StringType()),
+        T.StructField("time_ms", T.LongType()),
+        T.StructField("event", T.StringType()),
+        T.StructField("member_id", T.StringType()),
+        T.StructField("group_epoch", T.LongType()),
+        T.StructField("assignment_epoch", T.LongType()),
+        T.StructField("member_epoch", T.LongType()),
+        T.StructField("details", T.StringType()),
+    ]
+)
+
+L, S, B, D = T.LongType(), T.StringType(), T.BooleanType(), T.DoubleType()
+
+
+def _schema(*cols: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t) for n, t in cols])
+
+
+# The outputs (SPEC §8), in column order; `date` is the partition column (UTC day of the row's anchor).
+OUTPUT_SCHEMAS: dict[str, T.StructType] = {
+    "group_epochs": _schema(
+        ("group_id", S),
+        ("group_epoch", L),
+        ("bumped_at", L),
+        ("reason", S),
+        ("trigger_member_id", S),
+        ("assignment_requested_at", L),
+        ("assignment_installed_at", L),
+        ("executor", S),
+        ("moved_items", L),
+        ("reassigned_items", L),
+        ("new_items", L),
+        ("stable_at", L),
+        ("time_to_assignment_ms", L),
+        ("time_to_stable_ms", L),
+        ("superseded", B),
+    ),
+    "member_revocations": _schema(
+        ("group_id", S),
+        ("member_id", S),
+        ("member_epoch", L),
+        ("requested_at", L),
+        ("acknowledged_at", L),
+        ("latency_ms", L),
+        ("items", L),
+        ("fenced", B),
+    ),
+    "item_downtime": _schema(
+        ("group_id", S),
+        ("item", S),
+        ("stopped_at", L),
+        ("started_at", L),
+        ("downtime_ms", L),
+        ("from_member_id", S),
+        ("to_member_id", S),
+        ("cause", S),
+    ),
+    "group_summary": _schema(
+        ("group_id", S),
+        ("hour", L),
+        ("rebalances", L),
+        ("epochs", L),
+        ("joins", L),
+        ("leaves", L),
+        ("fences", L),
+        ("expiries", L),
+        ("p50_time_to_stable_ms", L),
+        ("p95_time_to_stable_ms", L),
+        ("max_time_to_stable_ms", L),
+        ("task_downtime_s", D),
+        ("moved_items", L),
+    ),
+    # Bad input, counted: unknown_event_type, malformed_details, clock_backwards,
+    # group_deleted_mid_rebalance, items_not_named (an event that moves work without naming its items).
+    "data_quality": _schema(("check", S), ("events", L), ("first_event_id", L), ("last_event_id", L)),
+}
+# The column each table's `date` partition is derived from.
+ANCHORS = {
+    "group_epochs": "bumped_at",
+    "member_revocations": "requested_at",
+    # (the event that stopped the item: for a lost member, its loss, a little after its last heartbeat)
+    "item_downtime": "opened_t",
+    "group_summary": "hour",
+}
+HOUR_MS = 3_600_000
+
+START, STOP, CREATE, DELETE = "start", "stop", "create", "delete"
+
+
+def day(ms: Column) -> Column:
+    """The UTC day (a date) of a time in ms."""
+    return F.to_date(F.timestamp_millis(ms))
+
+
+def _nonempty(c: Column) -> Column:
+    return F.when(c != "", c)
+
+
+@dataclass
+class Outputs:
+    """Every output table plus the internal columns the checkpoint needs (ids of anchors)."""
+
+    tables: dict[str, DataFrame]
+    # One row per unfinished thing or closed interval, for the incremental re-read point.
+    open_anchors: DataFrame  # (anchor_at, anchor_id): rows whose outcome is still to come
+    closed_spans: DataFrame  # (first_id, last_id): finished things, spanning event ids
+    events: DataFrame  # (id, t): the prepared events
+
+
+def prepare(raw: DataFrame) -> DataFrame:
+    """Parse details, flag bad input, make time monotonic per group, number group incarnations."""
+    w = Window.partitionBy("group_id").orderBy("id")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    parsed = F.from_json("details", DETAILS_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})
+    ev = raw.select("*", parsed.alias("d"))
+    # Not JSON, not an object (a JSON string or array parses without complaint), or fields of the wrong type.
+    malformed = F.col("details").isNotNull() & (
+        F.col("d._corrupt").isNotNull() | ~F.ltrim(F.col("details")).startswith("{")
+    )
+    # A malformed details object is read as empty: the event still counts for what its type says.
+    ev = ev.withColumn("d", F.when(malformed, F.lit(None)).otherwise(F.col("d"))).withColumn("malformed", malformed)
+    prev_max = F.max("time_ms").over(before)
+    return (
+        ev.withColumn("backwards", F.coalesce(F.col("time_ms") < prev_max, F.lit(False)))
+        .withColumn("t", F.greatest(F.col("time_ms"), F.coalesce(prev_max, F.col("time_ms"))))
+        .withColumn("known", F.col("event").isin(KNOWN_EVENTS))
+        .withColumn(
+            "inc",
+            F.sum(F.when(F.col("event") == EventType.GROUP_CREATED, 1).otherwise(0)).over(
+                w.rowsBetween(Window.unboundedPreceding, 0)
+            ),
+        )
+        .withColumn("member", _nonempty(F.col("member_id")))
+    )
+
+
+def _item_array(connectors: str, tasks: str, kind: str) -> Column:
+    def tag(name: str, is_task: bool) -> Column:
+        return F.transform(
+            F.coalesce(F.col(f"d.{name}"), F.array().cast("array<string>")),
+            lambda x: F.struct(x.alias("item"), F.lit(is_task).alias("is_task"), F.lit(kind).alias("kind")),
+        )
+
+    return F.concat(tag(connectors, False), tag(tasks, True))
+
+
+def item_events(ev: DataFrame) -> DataFrame:
+    """One row per (event, item) for the events that start, stop, create or delete items."""
+    e = F.col("event")
+    moves = ev.filter(
+        e.isin(
+            EventType.ITEMS_ASSIGNED,
+            EventType.MEMBER_REPLACED,
+            EventType.REVOCATION_REQUESTED,
+            EventType.MEMBER_LEFT,
+            EventType.MEMBER_EXPIRED,
+            EventType.MEMBER_FENCED,
+            EventType.GROUP_EPOCH_BUMPED,
+            EventType.GROUP_DELETED,
+        )
+    )
+    primary = (
+        F.when(e.isin(EventType.ITEMS_ASSIGNED, EventType.MEMBER_REPLACED), START)
+        .when(e == EventType.GROUP_EPOCH_BUMPED, CREATE)
+        .when(e == EventType.GROUP_DELETED, DELETE)
+        .otherwise(STOP)
+    )
+    lost = e.isin(EventType.MEMBER_EXPIRED, EventType.MEMBER_FENCED)
+    cause = (
+        F.when(e == EventType.REVOCATION_REQUESTED, "moved")
+        .when(e == EventType.MEMBER_LEFT, "member_left")
+        .when(lost, "member_lost")
+        .when(e == EventType.GROUP_EPOCH_BUMPED, "new")
+    )
+    # A member lost without leaving stopped its work by its last successful heartbeat.
+    stop_at = F.when(lost, F.least(F.coalesce(F.col("d.last_heartbeat_ms"), F.col("t")), F.col("t"))).otherwise(
+        F.col("t")
+    )
+    arr = F.concat(
+        F.when(primary == START, _item_array("connectors", "tasks", START))
+        .when(primary == STOP, _item_array("connectors", "tasks", STOP))
+        .when(primary == CREATE, _item_array("connectors", "tasks", CREATE))
+        .otherwise(F.array().cast("array<struct<item:string,is_task:boolean,kind:string>>")),
+        _item_array("removed_connectors", "removed_tasks", DELETE),
+    )
+    return moves.select(
+        "id",
+        "group_id",
+        "inc",
+        "t",
+        "member",
+        "assignment_epoch",
+        "event",
+        cause.alias("cause"),
+        stop_at.alias("stop_at"),
+        F.explode(arr).alias("x"),
+    ).select("*", "x.item", "x.is_task", "x.kind")
+
+
+def downtime(ie: DataFrame) -> DataFrame:
+    """Segments of per-item events between closers (START, DELETE) -> downtime intervals."""
+    w = Window.partitionBy("group_id", "is_task", "item").orderBy("id")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    closer = F.col("kind").isin(START, DELETE)
+    prev_closer = F.last(F.when(closer, F.col("kind")), ignorenulls=True).over(before)
+    seg = F.coalesce(F.sum(F.when(closer, 1).otherwise(0)).over(before), F.lit(0))
+    eligible = (F.col("kind") == CREATE) | ((F.col("kind") == STOP) & (F.coalesce(prev_closer, F.lit(START)) == START))
+    s = ie.select("*", seg.alias("seg"), eligible.alias("eligible"))
+    segs = s.groupBy("group_id", "is_task", "item", "seg").agg(
+        F.min(
+            F.when(
+                F.col("eligible"),
+                F.struct(
+                    F.col("id"), F.col("stop_at").alias("at"), F.col("cause"), F.col("member"), F.col("t"), F.col("inc")
+                ),
+            )
+        ).alias("o"),
+        F.max(
+            F.when(
+                closer,
+                F.struct(
+                    F.col("id"), F.col("t"), F.col("kind"), F.col("member"), F.col("assignment_epoch"), F.col("inc")
+                ),
+            )
+        ).alias("c"),
+    )
+    deleted = F.col("c.kind") == DELETE
+    started = F.col("c.t")
+    return segs.filter(F.col("o").isNotNull()).select(
+        "group_id",
+        "item",
+        F.col("o.at").alias("stopped_at"),
+        started.alias("started_at"),
+        F.when(started.isNotNull(), F.greatest(started - F.col("o.at"), F.lit(0))).alias("downtime_ms"),
+        F.col("o.member").alias("from_member_id"),
+        F.when(~deleted, F.col("c.member")).alias("to_member_id"),
+        F.when(deleted, F.lit("deleted")).otherwise(F.col("o.cause")).alias("cause"),
+        # internal
+        "is_task",
+        F.col("o.id").alias("opener_id"),
+        F.col("o.t").alias("opened_t"),
+        F.col("c.id").alias("closer_id"),
+        F.when(F.col("c.kind") == START, F.col("c.assignment_epoch")).alias("started_epoch"),
+        F.col("c.inc").alias("started_inc"),
+    )
+
+
+def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
+    e = F.col("event")
+    key = ["group_id", "inc", "group_epoch"]
+    bumps = ev.filter(e == EventType.GROUP_EPOCH_BUMPED).select(
+        "group_id",
+        "inc",
+        "group_epoch",
+        F.col("id").alias("bump_id"),
+        F.col("t").alias("bumped_at"),
+        F.col("d.reason").alias("reason"),
+        F.col("member").alias("trigger_member_id"),
+        F.lead("id").over(Window.partitionBy("group_id", "inc").orderBy("id")).alias("next_bump_id"),
+    )
+    requested = (
+        ev.filter(e == EventType.ASSIGNMENT_REQUESTED).groupBy(*key).agg(F.min("t").alias("assignment_requested_at"))
+    )
+    installed = (
+        ev.filter(e == EventType.ASSIGNMENT_INSTALLED)
+        .withColumn("group_epoch", F.col("assignment_epoch"))
+        .groupBy(*key)
+        .agg(F.min(F.struct("id", "t", F.col("d.executor").alias("executor"))).alias("i"))
+        .select(
+            *key,
+            F.col("i.t").alias("assignment_installed_at"),
+            F.when(F.col("i.executor") == "service", "service")
+            .when(F.col("i").isNotNull(), "worker")
+            .alias("executor"),
+        )
+    )
+    stable = (
+        ev.filter(e == EventType.GROUP_STABLE)
+        .withColumn("group_epoch", F.col("assignment_epoch"))
+        .groupBy(*key)
+        .agg(F.min("t").alias("stable_at"))
+    )
+    moved = (
+        ie.filter(F.col("event") == EventType.REVOCATION_REQUESTED)
+        .withColumn("group_epoch", F.col("assignment_epoch"))
+        .groupBy(*key)
+        .agg(F.countDistinct("is_task", "item").alias("moved_items"))
+    )
+    started = (
+        dt.filter(F.col("started_epoch").isNotNull())
+        .select(
+            "cause",
+            "group_id",
+            F.col("started_inc").alias("inc"),
+            F.col("started_epoch").alias("group_epoch"),
+        )
+        .groupBy(*key)
+        .agg(
+            F.sum(F.when(F.col("cause").isin("member_left", "member_lost"), 1).otherwise(0)).alias("reassigned_items"),
+            F.sum(F.when(F.col("cause") == "new", 1).otherwise(0)).alias("new_items"),
+        )
+    )
+    out = (
+        bumps.join(requested, key, "left")
+        .join(installed, key, "left")
+        .join(stable, key, "left")
+        .join(moved, key, "left")
+        .join(started, key, "left")
+    )
+    return out.select(
+        "group_id",
+        "group_epoch",
+        "bumped_at",
+        "reason",
+        "trigger_member_id",
+        "assignment_requested_at",
+        "assignment_installed_at",
+        "executor",
+        F.coalesce("moved_items", F.lit(0)).cast("long").alias("moved_items"),
+        F.coalesce("reassigned_items", F.lit(0)).cast("long").alias("reassigned_items"),
+        F.coalesce("new_items", F.lit(0)).cast("long").alias("new_items"),
+        "stable_at",
+        (F.col("assignment_installed_at") - F.col("bumped_at")).alias("time_to_assignment_ms"),
+        (F.col("stable_at") - F.col("bumped_at")).alias("time_to_stable_ms"),
+        (F.col("stable_at").isNull() & F.col("next_bump_id").isNotNull()).alias("superseded"),
+        # internal
+        "inc",
+        "bump_id",
+        "next_bump_id",
+    )
+
+
+def revocations(ev: DataFrame) -> DataFrame:
+    e = F.col("event")
+    rv = ev.filter(
+        e.isin(
+            EventType.REVOCATION_REQUESTED,
+            EventType.REVOCATION_ACKNOWLEDGED,
+            EventType.MEMBER_FENCED,
+            EventType.MEMBER_LEFT,
+            EventType.MEMBER_EXPIRED,
+        )
+        & F.col("member").isNotNull()
+    )
+    w = Window.partitionBy("group_id", "member").orderBy("id").rowsBetween(Window.unboundedPreceding, -1)
+    is_req = e == EventType.REVOCATION_REQUESTED
+    seg = F.coalesce(F.sum(F.when(is_req, 0).otherwise(1)).over(w), F.lit(0))
+    names = F.concat(
+        F.transform(
+            F.coalesce(F.col("d.connectors"), F.array().cast("array<string>")), lambda x: F.concat(F.lit("c:"), x)
+        ),
+        F.transform(F.coalesce(F.col("d.tasks"), F.array().cast("array<string>")), lambda x: F.concat(F.lit("t:"), x)),
+    )
+    s = rv.select("*", seg.alias("seg"), F.when(is_req, names).alias("names"))
+    g = s.groupBy("group_id", "member", "seg").agg(
+        F.min(F.when(is_req, F.struct("id", "t", "member_epoch"))).alias("r"),
+        F.max(F.when(~is_req, F.struct("id", "t", "event", F.col("d.cause").alias("cause")))).alias("end"),
+        F.size(F.array_distinct(F.flatten(F.collect_list("names")))).alias("items"),
+    )
+    acked = F.col("end.event") == EventType.REVOCATION_ACKNOWLEDGED
+    return g.filter(F.col("r").isNotNull()).select(
+        "group_id",
+        F.col("member").alias("member_id"),
+        F.col("r.member_epoch").alias("member_epoch"),
+        F.col("r.t").alias("requested_at"),
+        F.when(acked, F.col("end.t")).alias("acknowledged_at"),
+        F.when(acked, F.col("end.t") - F.col("r.t")).alias("latency_ms"),
+        F.col("items").cast("long").alias("items"),
+        F.coalesce(
+            (F.col("end.event") == EventType.MEMBER_FENCED) & (F.col("end.cause") == "rebalance_timeout"), F.lit(False)
+        ).alias("fenced"),
+        # internal
+        F.col("r.id").alias("first_id"),
+        F.col("end.id").alias("end_id"),
+    )
+
+
+def summary(ev: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
+    e = F.col("event")
+    hour = (F.floor(F.col("t") / HOUR_MS) * HOUR_MS).cast("long")
+
+    def count(cond: Column) -> Column:
+        return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
+
+    counts = (
+        ev.filter(F.col("known"))
+        .withColumn("hour", hour)
+        .groupBy("group_id", "hour")
+        .agg(
+            count(e == EventType.ASSIGNMENT_INSTALLED).alias("rebalances"),
+            count(e == EventType.GROUP_EPOCH_BUMPED).alias("epochs"),
+            count(e == EventType.MEMBER_JOINED).alias("joins"),
+            count((e == EventType.MEMBER_LEFT) & ~F.coalesce(F.col("d.temporary"), F.lit(False))).alias("leaves"),
+            count(e == EventType.MEMBER_FENCED).alias("fences"),
+            count(e == EventType.MEMBER_EXPIRED).alias("expiries"),
+        )
+    )
+    tts = F.col("time_to_stable_ms")
+    stab = (
+        ge.withColumn("hour", (F.floor(F.col("bumped_at") / HOUR_MS) * HOUR_MS).cast("long"))
+        .groupBy("group_id", "hour")
+        .agg(
+            F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p50"),
+            F.expr("percentile_disc(0.95) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p95"),
+            F.max(tts).alias("mx"),
+            F.sum("moved_items").alias("moved"),
+        )
+    )
+    down = (
+        dt.filter(F.col("is_task") & F.col("downtime_ms").isNotNull())
+        .withColumn("hour", (F.floor(F.col("opened_t") / HOUR_MS) * HOUR_MS).cast("long"))
+        .groupBy("group_id", "hour")
+        .agg(F.sum("downtime_ms").alias("down_ms"))
+    )
+    out = counts.join(stab, ["group_id", "hour"], "full").join(down, ["group_id", "hour"], "full")
+    zero = F.lit(0).cast("long")
+    return out.select(
+        "group_id",
+        "hour",
+        *(F.coalesce(c, zero).alias(c) for c in ("rebalances", "epochs", "joins", "leaves", "fences", "expiries")),
+        F.col("p50").alias("p50_time_to_stable_ms"),
+        F.col("p95").alias("p95_time_to_stable_ms"),
+        F.col("mx").alias("max_time_to_stable_ms"),
+        (F.coalesce(F.col("down_ms"), zero) / F.lit(1000.0)).alias("task_downtime_s"),
+        F.coalesce(F.col("moved"), zero).cast("long").alias("moved_items"),
+    )
+
+
+def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
+    """Bad input, counted per check and day (the day of the event that shows it)."""
+    e = F.col("event")
+    moves_work = e.isin(
+        EventType.ITEMS_ASSIGNED,
+        EventType.REVOCATION_REQUESTED,
+        EventType.REVOCATION_ACKNOWLEDGED,
+        EventType.ITEMS_RELEASED,
+        EventType.MEMBER_LEFT,
+        EventType.MEMBER_FENCED,
+        EventType.MEMBER_EXPIRED,
+    )
+    unnamed = (
+        moves_work
+        & (F.coalesce(F.col("d.items"), F.lit(0)) > 0)
+        & F.col("d.connectors").isNull()
+        & F.col("d.tasks").isNull()
+    )
+    flags = ev.select(
+        "id",
+        "t",
+        F.array(
+            F.when(~F.col("known"), F.lit("unknown_event_type")),
+            F.when(F.col("malformed"), F.lit("malformed_details")),
+            F.when(F.col("backwards"), F.lit("clock_backwards")),
+            F.when(unnamed & ~F.col("malformed"), F.lit("items_not_named")),
+        ).alias("checks"),
+    ).select("id", "t", F.explode("checks").alias("check"))
+    deleted = ev.filter(e == EventType.GROUP_DELETED).select("group_id", "inc", F.col("id").alias("did"), "t")
+    # The group's last epoch was being assigned or reconciled (not merely an empty group's).
+    last = ge.filter(
+        F.col("next_bump_id").isNull() & F.col("stable_at").isNull() & F.col("assignment_requested_at").isNotNull()
+    ).select("group_id", "inc", "bump_id")
+    mid = (
+        deleted.join(last, ["group_id", "inc"])
+        .filter(F.col("bump_id") < F.col("did"))
+        .select(F.col("did").alias("id"), "t", F.lit("group_deleted_mid_rebalance").alias("check"))
+    )
+    all_flags = flags.filter(F.col("check").isNotNull()).unionByName(mid)
+    return all_flags.groupBy("check", day(F.col("t")).alias("date")).agg(
+        F.count("*").alias("events"), F.min("id").alias("first_event_id"), F.max("id").alias("last_event_id")
+    )
+
+
+def compute(raw: DataFrame) -> Outputs:
+    ev = prepare(raw).cache()
+    ie = item_events(ev)
+    dt = downtime(ie).cache()
+    ge = epochs(ev, ie, dt).cache()
+    mr = revocations(ev)
+    gs = summary(ev, ge, dt)
+    dq = quality(ev, ge)
+
+    def public(df: DataFrame, name: str) -> DataFrame:
+        cols = [F.col(f.name).cast(f.dataType).alias(f.name) for f in OUTPUT_SCHEMAS[name].fields]
+        return df.select(*cols, day(F.col(ANCHORS[name])).alias("date"))
+
+    tables = {
+        "group_epochs": public(ge, "group_epochs"),
+        "member_revocations": public(mr, "member_revocations"),
+        "item_downtime": public(dt, "item_downtime"),
+        "group_summary": public(gs, "group_summary"),
+        "data_quality": dq.select(
+            *(F.col(f.name).cast(f.dataType) for f in OUTPUT_SCHEMAS["data_quality"].fields), "date"
+        ),
+    }
+    open_anchors = (
+        dt.filter(F.col("closer_id").isNull())
+        .select(F.col("opened_t").alias("anchor_at"), F.col("opener_id").alias("anchor_id"))
+        .unionByName(
+            ge.filter(F.col("stable_at").isNull() & F.col("next_bump_id").isNull()).select(
+                F.col("bumped_at").alias("anchor_at"), F.col("bump_id").alias("anchor_id")
+            )
+        )
+        .unionByName(
+            mr.filter(F.col("end_id").isNull()).select(
+                F.col("requested_at").alias("anchor_at"), F.col("first_id").alias("anchor_id")
+            )
+        )
+    )
+    closed_spans = (
+        dt.filter(F.col("closer_id").isNotNull())
+        .select(F.col("opener_id").alias("first_id"), F.col("closer_id").alias("last_id"))
+        .unionByName(mr.filter(F.col("end_id").isNotNull()).select(F.col("first_id"), F.col("end_id").alias("last_id")))
+    )
+    return Outputs(tables, open_anchors, closed_spans, ev.select("id", "t"))

@@ -1,0 +1,254 @@
+"""The rebalance analytics job (SPEC §8) on a real SparkSession over logs the real system wrote,
+every output table checked against the independent plain-Python oracle (tests/metrics/oracle.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.rebalance_metrics import cli, job
+from jobs.rebalance_metrics.report import write_report
+from jobs.rebalance_metrics.source import SourceError, driver_jars
+from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
+from services.coordinator.records import RebalanceEvent
+from services.storage import Storage
+from tests.metrics.logs import bad_rows, read_rows, seed_case_studies, simulator_scenarios, write_events
+from tests.metrics.oracle import oracle
+from tests.metrics.standalone import REPO, SPARK_BIN, standalone_cluster
+
+TABLES = tuple(OUTPUT_SCHEMAS)
+
+
+@pytest.fixture(scope="module")
+def events() -> list[RebalanceEvent]:
+    evs = seed_case_studies() + simulator_scenarios([3, 11, 42])
+    return evs + bad_rows(max(e.time_ms for e in evs) + 1_000)
+
+
+@pytest.fixture(scope="module")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory, events: list[RebalanceEvent]) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'coordinator.db'}"
+    write_events(url, events)
+    return url
+
+
+@pytest.fixture(scope="module")
+def sqlite_run(spark: SparkSession, sqlite_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("metrics-out")
+    job.run(spark, sqlite_url, out)
+    return out
+
+
+def expected(spark: SparkSession, rows: list[dict[str, Any]]) -> dict[str, DataFrame]:
+    want = oracle(rows)
+    return {
+        name: spark.createDataFrame([tuple(r[f.name] for f in schema.fields) for r in want[name]], schema)
+        for name, schema in OUTPUT_SCHEMAS.items()
+    }
+
+
+def actual(spark: SparkSession, out: Path) -> dict[str, DataFrame]:
+    return {name: job.read_table(spark, out, name).drop("date") for name in TABLES}
+
+
+def assert_matches_oracle(spark: SparkSession, out: Path, url: str) -> None:
+    want = expected(spark, read_rows(url))
+    got = actual(spark, out)
+    for name in TABLES:
+        assertDataFrameEqual(got[name], want[name])
+
+
+def test_every_table_matches_the_oracle_over_sqlite(spark: SparkSession, sqlite_url: str, sqlite_run: Path) -> None:
+    assert_matches_oracle(spark, sqlite_run, sqlite_url)
+
+    got = actual(spark, sqlite_run)
+    # Seed 001's killed worker W2: each of its items was down from its last successful heartbeat
+    # until the delayed rebalance handed it to another worker.
+    rows = read_rows(sqlite_url)
+    expired = next(r for r in rows if r["event"] == "member_expired" and r["member_id"] == "W2")
+    lost = sorted(expired["details"]["connectors"] + expired["details"]["tasks"])
+    assert lost, expired
+    down = got["item_downtime"].filter("group_id = 'g' AND from_member_id = 'W2'").collect()
+    assert sorted(r["item"] for r in down) == lost
+    for r in down:
+        assert r["cause"] == "member_lost"
+        assert r["stopped_at"] == expired["details"]["last_heartbeat_ms"] < expired["time_ms"]
+        assert r["to_member_id"] not in (None, "W2")
+        # held for the delayed rebalance (60 s after the expiry), not reassigned at once
+        assert r["started_at"] >= expired["time_ms"] + 60_000 > r["stopped_at"]
+        assert r["downtime_ms"] == r["started_at"] - r["stopped_at"]
+    # A member that held on to work it was told to give up: its revocation ended with the rebalance timeout.
+    fenced = [r for r in rows if r["event"] == "member_fenced" and r["group_id"] == "g"]
+    assert [r["details"]["cause"] for r in fenced] == ["rebalance_timeout"]
+    assert [r["member_id"] for r in got["member_revocations"].filter("group_id = 'g' AND fenced").collect()] == [
+        fenced[0]["member_id"]
+    ]
+    quality = {r["check"]: r["events"] for r in got["data_quality"].collect()}
+    assert quality == {
+        "unknown_event_type": 1,
+        "malformed_details": 1,
+        "clock_backwards": 1,
+        "items_not_named": 1,
+        "group_deleted_mid_rebalance": 1,
+    }
+    # The deleted group's items: their downtime ended with the deletion.
+    assert {r["cause"] for r in got["item_downtime"].filter("group_id = 'h'").collect()} >= {"deleted"}
+
+
+def test_a_rerun_over_the_same_input_gives_the_same_output(
+    spark: SparkSession, sqlite_url: str, sqlite_run: Path
+) -> None:
+    snapshot = {name: df.collect() for name, df in actual(spark, sqlite_run).items()}
+    assert job.run(spark, sqlite_url, sqlite_run).events_read == 0  # nothing new: nothing to do
+    full = job.run(spark, sqlite_url, sqlite_run, full=True)  # everything read and written again
+    assert full.full and full.events_read == len(read_rows(sqlite_url))
+    after = actual(spark, sqlite_run)
+    for name in TABLES:
+        assertDataFrameEqual(after[name].collect(), snapshot[name])
+
+
+def test_incremental_runs_give_what_one_full_run_gives(
+    spark: SparkSession, events: list[RebalanceEvent], sqlite_run: Path, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'grow.db'}"
+    out = tmp_path / "out"
+    # Cut in the middle of seed 001 (W2 killed, its work still held: unfinished things carry over).
+    cut = next(i for i, e in enumerate(events) if e.event == "member_expired" and e.member_id == "W2") + 3
+    write_events(url, events[:cut])
+    first = job.run(spark, url, out)
+    assert first.full and 0 < first.events_read == cut
+    middle = (cut + len(events)) // 2
+    write_events(url, events[cut:middle])
+    second = job.run(spark, url, out)
+    assert not second.full and second.last_event_id == middle
+    write_events(url, events[middle:])
+    third = job.run(spark, url, out)
+    assert not third.full and third.last_event_id == len(events)
+    got, full = actual(spark, out), actual(spark, sqlite_run)
+    for name in TABLES:
+        assertDataFrameEqual(got[name], full[name])
+
+
+def test_every_table_matches_the_oracle_over_postgresql(
+    spark: SparkSession, postgres_db_url: str, events: list[RebalanceEvent], tmp_path: Path
+) -> None:
+    write_events(postgres_db_url, events)
+    job.run(spark, postgres_db_url, tmp_path)
+    assert_matches_oracle(spark, tmp_path, postgres_db_url)
+
+
+def test_an_empty_log_gives_empty_tables(spark: SparkSession, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with Storage(url):
+        pass  # migrated: the table exists, no events
+    stats = job.run(spark, url, tmp_path / "out")
+    assert stats.events_read == 0 and stats.quality == {}
+    for name in TABLES:
+        df = job.read_table(spark, tmp_path / "out", name)
+        assert df.count() == 0 and df.columns == [*OUTPUT_SCHEMAS[name].fieldNames(), "date"]
+
+
+def test_operator_errors_are_one_line_and_a_nonzero_exit(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_table = tmp_path / "other.db"
+    import sqlite3
+
+    sqlite3.connect(no_table).execute("CREATE TABLE something_else (x INTEGER)").connection.close()
+    with pytest.raises(SourceError, match="rebalance_events"):
+        job.run(spark, f"sqlite:///{no_table}", tmp_path / "out")
+
+    cases = {
+        "mysql://u@h/db": "unsupported database 'mysql'",
+        "not a url": "not a database URL",
+        f"sqlite:///{tmp_path / 'missing.db'}": "does not exist",
+        f"sqlite:///{no_table}": "cannot read rebalance_events",
+    }
+    for url, message in cases.items():
+        assert cli.main(["run", "--database", url, "--output", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
+    # The shared session is still usable (the CLI leaves an embedding session running).
+    assert spark.range(3).count() == 3
+
+
+def test_the_report_renders_in_headless_chromium(spark: SparkSession, sqlite_run: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    write_report(spark, sqlite_run, report)
+    text = report.read_text()
+    assert "<script" not in text and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    chromium = shutil.which("chromium")
+    assert chromium is not None, "chromium is installed by scripts/setup_system.sh"
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # Chromium logs every console message (script errors, invalid SVG attributes, ...) as CONSOLE.
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
+    dom = proc.stdout
+    for chart in ("epoch-timeline", "time-to-stable", "downtime-per-connector", "moves-per-rebalance"):
+        section = re.search(rf'<section class="chart" id="{chart}".*?</section>', dom, re.S)
+        assert section is not None, chart
+        assert section.group(0).count("<rect") >= 2, chart  # drawn with data, not "no data"
+    assert re.search(r'<section id="summary".*?<td>g</td>', dom, re.S)
+    assert "unknown_event_type" in dom
+
+
+def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
+    sqlite_url: str, sqlite_run: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    with standalone_cluster(tmp_path, workers=2) as master:
+        out = tmp_path / "cluster-out"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        proc = subprocess.run(
+            [
+                str(SPARK_BIN / "spark-submit"),
+                "--master",
+                master,
+                "--conf",
+                "spark.driver.host=127.0.0.1",
+                "--conf",
+                "spark.executor.memory=512m",
+                "--conf",
+                "spark.cores.max=2",
+                "--jars",
+                ",".join(driver_jars()),
+                str(REPO / "jobs" / "rebalance_metrics" / "main.py"),
+                "run",
+                "--database",
+                sqlite_url,
+                "--output",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "full run" in proc.stdout
+    got, local = actual(spark, out), actual(spark, sqlite_run)
+    for name in TABLES:
+        assertDataFrameEqual(got[name], local[name])
