@@ -22,21 +22,13 @@ from sqlalchemy import create_engine, text
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
+from services.storage.models import Base
 from tests.fixtures.coordinator import Client, CoordinatorProcess, assignors
 
 COORD = "/connect.coordinator.v1.ConnectGroupCoordinator/"
 ADMIN = "/connect.coordinator.v1.ConnectGroupAdmin/"
-TABLES = (
-    "groups",
-    "group_connectors",
-    "members",
-    "target_assignment_members",
-    "target_assignments",
-    "member_assignments",
-    "held_assignments",
-    "group_configs",
-    "rebalance_events",
-)
+# Every table of the schema (each keyed by group_id): a bad request must have written to none.
+TABLES = tuple(Base.metadata.tables)
 MARK = "\x01\x02"  # replaced in the serialized bytes by an invalid UTF-8 sequence of the same length
 BAD_UTF8 = b"\xc3\x28"
 
