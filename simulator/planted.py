@@ -1,6 +1,6 @@
 """Known bugs planted in the real coordinator (by monkeypatching), to prove the simulator finds them.
 
-Each plant is a context manager that patches `services.coordinator` (or the node's order of
+Each plant is a context manager that patches `services.coordinator` (or the runtime machine's order of
 handle / store / respond) and restores it on exit. `python -m simulator soak --plant NAME` runs
 the simulator against a planted bug; tests/simulation/test_planted_bugs.py asserts each is found.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from services.common.items import EMPTY
 from services.coordinator import core as core_module
 from services.coordinator.core import GroupCoordinator
+from services.coordinator.machine import CoordinatorMachine
 from services.coordinator.records import CurrentAssignmentValue, MemberState
-from simulator.engine import CoordinatorNode
 
 
 @contextlib.contextmanager
@@ -80,9 +80,10 @@ def release_held_on_fence() -> Iterator[None]:
 
 @contextlib.contextmanager
 def respond_before_write() -> Iterator[None]:
-    """The coordinator answers before its records are stored (the runtime's order reversed): a crash
-    in between loses state a worker has already acted on."""
-    with _patch(CoordinatorNode, "respond_before_write", True):
+    """The runtime machine answers before the records are stored (its order reversed): a crash in
+    between loses state a worker has already acted on. Planted in `CoordinatorMachine` itself -- the
+    object the real runtime drives -- so finding it proves the simulator runs the real ordering."""
+    with _patch(CoordinatorMachine, "respond_before_commit", True):
         yield
 
 

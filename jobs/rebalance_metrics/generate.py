@@ -25,7 +25,7 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 from services import assignor
 from services.common.items import EMPTY, Items
 from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator, Result
+from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.records import RebalanceEvent, Record
 from services.storage import Storage
 
@@ -76,14 +76,18 @@ class Generator:
         self.pending: list[Record] = []
         self.batch = batch
         self.events = 0
+        self.jobs: list[ServiceAssignment] = []
 
     # -- plumbing
     def _apply(self, result: Result) -> object:
         self._keep(result.records)
         # Service mode: the assignor service answers at once (its latency is not what is studied here).
-        for job in self.core.take_service_assignments():
+        jobs, self.jobs = [*self.jobs, *result.effects], []
+        for job in jobs:
             resp = assignor.assign(job.request)
-            self._keep(self.core.complete_service_assignment(job.group_id, job.group_epoch, resp, self.now).records)
+            done = self.core.complete_service_assignment(job.group_id, job.group_epoch, resp, self.now)
+            self._keep(done.records)
+            self.jobs.extend(done.effects)
         if len(self.pending) >= self.batch:
             self.flush()
         return result.response

@@ -80,18 +80,23 @@ GROUP_TYPE = "connect"
 
 
 @dataclass
-class Result:
-    records: list[Record]
-    response: Any = None
-
-
-@dataclass
 class ServiceAssignment:
     """An assignment the runtime must compute with the assignor service, then report back."""
 
     group_id: str
     group_epoch: int
     request: assignor_pb2.AssignRequest
+
+
+# What a handler asks the runtime to do once its records are durable (and never if they are lost).
+Effect = ServiceAssignment
+
+
+@dataclass
+class Result:
+    records: list[Record]
+    response: Any = None
+    effects: list[Effect] = field(default_factory=list)
 
 
 class _Sink:
@@ -101,6 +106,7 @@ class _Sink:
         self.state = state
         self.now_ms = now_ms
         self.records: list[Record] = []
+        self.effects: list[Effect] = []
         # Groups this handler changed or logged something for (group_stable is only checked for them).
         self.touched: set[str] = set()
 
@@ -143,7 +149,6 @@ class GroupCoordinator:
     def __post_init__(self) -> None:
         self.state = CoordinatorState()
         self.timer = Timer()
-        self._service_queue: list[ServiceAssignment] = []
 
     # ---- configuration helpers -------------------------------------------------------------
 
@@ -179,7 +184,7 @@ class GroupCoordinator:
             response = handler(sink, req, now_ms)
         except ApiError as e:
             response = coordinator_pb2.ConnectGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def _heartbeat(
         self, sink: _Sink, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
@@ -646,7 +651,7 @@ class GroupCoordinator:
                 self._delete_group(sink, group)
                 continue
             self._after_change(sink, group, now_ms)
-        return Result(sink.records)
+        return Result(sink.records, None, sink.effects)
 
     def next_deadline(self) -> int | None:
         return self.timer.next_deadline()
@@ -691,7 +696,7 @@ class GroupCoordinator:
         if self.assignment_mode(group) == MODE_SERVICE:
             inflight = InFlightAssignment(SERVICE_EXECUTOR, now, now + self.config.assignor_timeout_ms)
             request = self._prepare(group, inflight, name, now)
-            self._service_queue.append(ServiceAssignment(group.group_id, group.epoch, request))
+            sink.effects.append(ServiceAssignment(group.group_id, group.epoch, request))
         else:
             candidates = executor_candidates(group.members, name)
             if not candidates:
@@ -791,7 +796,7 @@ class GroupCoordinator:
             )
         except ApiError as e:
             response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def install_assignment(self, req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
@@ -811,15 +816,7 @@ class GroupCoordinator:
             response = coordinator_pb2.ConnectGroupInstallAssignmentResponse()
         except ApiError as e:
             response = coordinator_pb2.ConnectGroupInstallAssignmentResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
-
-    def has_service_assignments(self) -> bool:
-        return bool(self._service_queue)
-
-    def take_service_assignments(self) -> list[ServiceAssignment]:
-        """Assignments the runtime must now compute with the assignor service."""
-        out, self._service_queue = self._service_queue, []
-        return out
+        return Result(sink.records, response, sink.effects)
 
     def complete_service_assignment(
         self, group_id: str, group_epoch: int, response: assignor_pb2.AssignResponse, now_ms: int, service: str = ""
@@ -848,16 +845,16 @@ class GroupCoordinator:
                 error_message=response.error_message,
                 computed_by=service,
             )
-            return Result(sink.records, ErrorCode.NONE)
+            return Result(sink.records, ErrorCode.NONE, sink.effects)
         except ApiError as e:
-            return Result(sink.records, e.code)
+            return Result(sink.records, e.code, sink.effects)
 
     def fail_service_assignment(self, group_id: str, group_epoch: int, why: str, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
         group = self.state.groups.get(group_id)
         if group is not None and group.in_flight is not None and group.in_flight.group_epoch == group_epoch:
             self._abandon_assignment(sink, group, now_ms, why, backoff=True)
-        return Result(sink.records)
+        return Result(sink.records, None, sink.effects)
 
     def _install(
         self,
@@ -978,7 +975,7 @@ class GroupCoordinator:
             response = admin_pb2.PutConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
             response = admin_pb2.PutConnectorResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def _check_group_bounds(self, group_id: str, connector: str, task_count: int) -> None:
         group = self.state.groups.get(group_id)
@@ -1013,7 +1010,7 @@ class GroupCoordinator:
             response = admin_pb2.DeleteConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
             response = admin_pb2.DeleteConnectorResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def alter_configs(self, req: admin_pb2.AlterConfigsRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
@@ -1049,7 +1046,7 @@ class GroupCoordinator:
             response = admin_pb2.AlterConfigsResponse()
         except ApiError as e:
             response = admin_pb2.AlterConfigsResponse(error_code=e.code, error_message=e.message)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def delete_groups(self, req: admin_pb2.DeleteGroupsRequest, now_ms: int) -> Result:
         sink = _Sink(self.state, now_ms)
@@ -1058,7 +1055,7 @@ class GroupCoordinator:
             validation.check_group_ids(req.group_ids, self.config)
         except ApiError as e:
             response.results.add(error_code=e.code, error_message=e.message)
-            return Result(sink.records, response)
+            return Result(sink.records, response, sink.effects)
         for gid in req.group_ids:
             error = self._group_id_error(gid)
             result = response.results.add(group_id=gid if error is None else clip(gid))
@@ -1074,7 +1071,7 @@ class GroupCoordinator:
                 )
             else:
                 self._delete_group(sink, group)
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def remove_members(self, req: admin_pb2.RemoveMembersRequest, now_ms: int) -> Result:
         """Kafka's RemoveMembersFromConsumerGroup: remove members for good, by member_id or instance_id.
@@ -1122,7 +1119,7 @@ class GroupCoordinator:
         except ApiError as e:
             del response.results[:]
             response.error_code, response.error_message = e.code, e.message
-        return Result(sink.records, response)
+        return Result(sink.records, response, sink.effects)
 
     def _group_id_error(self, gid: str) -> str | None:
         try:
@@ -1229,20 +1226,18 @@ class GroupCoordinator:
         held work a fresh (maximal) session's wait, and groups that need an assignment start one."""
         self.state = CoordinatorState()
         self.timer.clear()
-        self._service_queue.clear()
         for record in records:
             self.state.replay(record)
         sink = _Sink(self.state, now_ms)
         for group in list(self.state.groups.values()):
             self._rearm(sink, group, now_ms)
-        return Result(sink.records)
+        return Result(sink.records, None, sink.effects)
 
     def reload_group(self, group_id: str, records: Iterable[Record], now_ms: int) -> Result:
         """Replace one group by its stored records (after a commit touching it failed): the same
         replay and re-arming as `load`, for that group only; every other group is untouched."""
         self.state.groups.pop(group_id, None)
         self.timer.cancel_group(group_id)
-        self._service_queue = [job for job in self._service_queue if job.group_id != group_id]
         for record in records:
             if record.group_id != group_id:
                 raise ValueError(f"record of group '{record.group_id}' in the reload of '{group_id}'")
@@ -1251,7 +1246,7 @@ class GroupCoordinator:
         group = self.state.groups.get(group_id)
         if group is not None:
             self._rearm(sink, group, now_ms)
-        return Result(sink.records)
+        return Result(sink.records, None, sink.effects)
 
     def _rearm(self, sink: _Sink, group: Group, now_ms: int) -> None:
         # When each member last heartbeat, and which session timeout it was told then, is not

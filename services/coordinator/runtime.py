@@ -1,21 +1,16 @@
-"""The coordinator's shell: one asyncio event loop owns the groups; handlers run on it one at a time.
+"""The coordinator's shell: asyncio + gRPC + a SQL thread around the sans-I/O `CoordinatorMachine`.
 
-For each request: run the pure handler (its records are applied to memory as it emits them), hand
-the records to the writer, and answer only once they are durable. The writer commits everything
-that accumulated while the previous commit ran in ONE transaction (group commit), off the loop in a
-thread so heartbeats keep flowing. A request that writes nothing still waits until everything it
-could have seen is durable, so no response ever reveals uncommitted state.
+The machine (`machine.py`) owns the order of things -- handle, group commit, respond, isolate a
+failed commit, reload, release effects -- and the simulator drives the same object. This shell only
+does the I/O: it runs handlers on the event loop one at a time, stores each batch the machine hands
+it in a thread (so heartbeats keep flowing while SQL runs), tells the machine how the write went,
+answers the requests the machine releases, starts the assignor-service calls it releases, reloads
+the groups it names, and polls the timers at the machine's next deadline.
 
-A failed commit costs only the request that caused it: the batch is committed again one request at
-a time; the request whose records fail (and every request built on the groups it touched) gets
-COORDINATOR_NOT_AVAILABLE, the others are committed and answered, and only the groups the failed
-records touched are reloaded from storage -- memory stays the replay of what is stored, and every
-other group keeps flowing. While the whole state loads (start, or when even that fails), requests
-get COORDINATOR_LOAD_IN_PROGRESS.
-
-Timers (sessions, revocations, delayed rebalances, ...) fire when the timer task polls the core.
-In service mode the runtime calls the assignor service serving the selected assignor name (see
-`discovery.AssignorDirectory`: several services, rediscovered periodically and on demand).
+While the whole state loads (start, or after a handler bug), requests get
+COORDINATOR_LOAD_IN_PROGRESS. In service mode the runtime calls the assignor service serving the
+selected assignor name (see `discovery.AssignorDirectory`: several services, rediscovered
+periodically and on demand).
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -38,6 +32,7 @@ from services.common.tls import ClientTls, aio_channel
 from services.coordinator.config import MODE_SERVICE
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.discovery import AssignorDirectory
+from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.records import EventType, RebalanceEvent, Record
 from services.coordinator.state import STABLE
@@ -46,19 +41,8 @@ from services.storage import Storage
 log = logging.getLogger("connect.coordinator")
 
 
-def _consume(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved: a failure was logged where it happened
-
-
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class NotAvailable(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # Retries of UNAVAILABLE through the channel's service config (grpc's own retry machinery), for
@@ -81,34 +65,6 @@ ASSIGNOR_SERVICE_CONFIG = json.dumps(
 )
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-class StorageFailed(Exception):
-    """A request's records could not be committed (or were built on records that could not be)."""
-
-
-def _groups_of(records: Iterable[Record]) -> set[str]:
-    return {r.group_id for r in records}
-
-
-def _groups_of_request(request: Any) -> set[str] | None:
-    """The groups a request reads (None: possibly all of them, e.g. ListGroups or a timer poll)."""
-    gid = getattr(request, "group_id", None)
-    if isinstance(gid, str) and gid:
-        return {gid}
-    ids = getattr(request, "group_ids", None)
-    if ids is not None:
-        return set(ids)
-    return None
-
-
-@dataclass(slots=True)
-class _Write:
-    """One request's records, and the future its handler waits on until they are durable."""
-
-    records: list[Record]
-    future: asyncio.Future[None]
-    groups: set[str] = field(default_factory=set)
 
 
 class AssignorClient:
@@ -158,6 +114,7 @@ class CoordinatorRuntime:
         metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.machine = CoordinatorMachine(coordinator)
         self.storage = storage
         self.clock = clock
         self.assignors = assignors
@@ -168,14 +125,6 @@ class CoordinatorRuntime:
             assignors.on_change = coordinator.set_service_assignors
             if assignors.metrics is None:
                 assignors.metrics = self.metrics
-        self.loaded = False
-        self._pending: list[_Write] = []
-        self._pending_records = 0
-        # Resolved when the batch being gathered / being written is done, with the groups whose
-        # records failed (a reader that saw them must not answer from that state).
-        self._pending_done: asyncio.Future[frozenset[str]] | None = None
-        self._writing_done: asyncio.Future[frozenset[str]] | None = None
-        self._pending_taint: set[str] = set()
         self._writer_wakeup = asyncio.Event()
         self._timer_wakeup = asyncio.Event()
         self._timer_deadline: int | None = None
@@ -184,6 +133,10 @@ class CoordinatorRuntime:
         self._unstable_since: dict[str, int] = {}
         self._busy_ns = 0
         self._stopping = False
+
+    @property
+    def loaded(self) -> bool:
+        return self.machine.loaded
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -201,7 +154,8 @@ class CoordinatorRuntime:
 
     async def stop(self) -> None:
         self._stopping = True
-        await self.barrier()
+        with contextlib.suppress(NotAvailable):
+            await self.barrier()
         for task in [*self._tasks, *self._assignment_tasks]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._assignment_tasks, return_exceptions=True)
@@ -209,182 +163,120 @@ class CoordinatorRuntime:
             await self.assignors.close()
 
     async def _load(self) -> None:
-        self.loaded = False
+        self.machine.unload()
         started = time.perf_counter()
         records = await asyncio.to_thread(self.storage.load)
-        result = self.coordinator.load(records, self.clock())
+        ticket = self.machine.load(records, self.clock())
         self.metrics.load_duration.set(time.perf_counter() - started)
         # The group state is large and long-lived: move it out of the collector's generations so
         # the periodic full collections don't rescan it on the request path.
         gc.collect()
         gc.freeze()
-        self.loaded = True
         log.info(
             "loaded %d groups from storage in %.3fs", len(self.coordinator.state.groups), time.perf_counter() - started
         )
-        if result.records:
-            await self._commit(result.records)
-        self._after_handler()
+        await self._answer(ticket)
 
     # ---- request path ----------------------------------------------------------------------
 
     async def handle(self, handler: Callable[[Any, int], Result], request: Any) -> Any:
         """Run a state-changing handler and return its response once its records are durable."""
-        if not self.loaded:
-            raise NotAvailable(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its state")
         started = time.perf_counter_ns()
         try:
-            result = handler(request, self.clock())
-        except Exception:
+            ticket = self.machine.submit(handler, request, self.clock())
+        except HandlerFailed:
             # A bug: memory may hold part of the handler's records. Reload what is durable.
-            log.exception("handler %s failed; reloading state from storage", getattr(handler, "__name__", handler))
+            log.exception("%s; reloading state from storage", "a handler failed")
             await self._recover()
             raise NotAvailable(
                 ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; the coordinator reloaded its state"
             ) from None
         finally:
             self._busy_ns += time.perf_counter_ns() - started
-        self._after_handler(result.records)
-        await self._commit(result.records, request)
-        return result.response
+        return await self._answer(ticket)
 
     async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
         """Run a read-only handler; answer once everything it could have seen is durable."""
-        if not self.loaded:
-            raise NotAvailable(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is loading its state")
-        response = reader(request)
-        await self._barrier_for(request)
-        return response
+        return await self._answer(self.machine.read(reader, request))
 
-    async def barrier(self) -> frozenset[str]:
-        """Wait until everything applied so far is durable; the groups whose records failed meanwhile."""
-        future = self._pending_done or self._writing_done
-        if future is None:
-            return frozenset()
-        return await asyncio.shield(future)
+    async def barrier(self) -> None:
+        """Wait until everything applied so far is durable (NotAvailable if a write failed meanwhile)."""
+        await self.read(lambda _r: None, None)
 
-    async def _barrier_for(self, request: Any) -> None:
-        failed = await self.barrier()
-        if failed:
-            groups = _groups_of_request(request)
-            if groups is None or groups & failed:
-                raise NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, "a storage write failed; retry")
-
-    async def _commit(self, records: list[Record], request: Any = None) -> None:
-        if not records:
-            await self._barrier_for(request)
-            return
-        future = self._enqueue(records)
-        try:
+    async def _answer(self, ticket: Ticket) -> Any:
+        self._pump()
+        if not ticket.answered:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ticket.waiter = future
             await asyncio.shield(future)
-        except Exception:
-            raise NotAvailable(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the state change could not be stored; retry"
-            ) from None
+        if ticket.status is Status.FAILED:
+            assert ticket.error is not None
+            raise NotAvailable(ticket.error.code, str(ticket.error))
+        return ticket.response
 
-    def _enqueue(self, records: list[Record]) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._pending.append(_Write(records, future))
-        self._pending_records += len(records)
-        if self._pending_done is None:
-            self._pending_done = loop.create_future()
-        self.metrics.event_queue_size.set(self._pending_records)
-        self._writer_wakeup.set()
-        return future
+    def _pump(self) -> None:
+        """Act on what the machine released: answers, metrics, assignor calls, reloads, timers."""
+        machine = self.machine
+        for ticket in machine.take_resolved():
+            if ticket.status is Status.DONE and ticket.records:
+                self._observe(ticket.records)
+            if ticket.waiter is not None and not ticket.waiter.done():
+                ticket.waiter.set_result(None)
+        for job in machine.take_jobs():
+            task = asyncio.create_task(self._run_service_assignment(job))
+            self._assignment_tasks.add(task)
+            task.add_done_callback(self._assignment_tasks.discard)
+        reloads = machine.take_reloads()
+        if reloads:
+            self._reload_groups(reloads)
+        self.metrics.event_queue_size.set(machine.queued_records)
+        if machine.has_work and not machine.writing:
+            self._writer_wakeup.set()
+        deadline = machine.next_deadline()
+        if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
+            self._timer_wakeup.set()
 
     async def _writer(self) -> None:
         while True:
             await self._writer_wakeup.wait()
             self._writer_wakeup.clear()
-            if not self._pending:
-                if self._pending_done is not None:  # every request of it failed with an earlier batch
-                    done, self._pending_done = self._pending_done, None
-                    done.set_result(frozenset(self._pending_taint))
-                    self._pending_taint = set()
-                continue
-            batch, pending_done = self._pending, self._pending_done
-            self._pending, self._pending_done, self._pending_records = [], None, 0
-            carried, self._pending_taint = self._pending_taint, set()
-            assert pending_done is not None
-            done = pending_done
-            self._writing_done = done
-            self.metrics.event_queue_size.set(0)
-            records = [r for w in batch for r in w.records]
-            started = time.perf_counter()
-            try:
-                await asyncio.to_thread(self.storage.write, records)
-            except Exception as e:
-                self.metrics.storage_failures.inc()
-                log.warning(
-                    "storage write of %d records (%d requests) failed: %s; committing them one request at a time",
-                    len(records),
-                    len(batch),
-                    str(e).splitlines()[0][:300] if str(e) else repr(e),
-                )
-                failed = await self._isolate(batch)
-            else:
-                self.metrics.storage_commit.observe(time.perf_counter() - started)
-                self.metrics.storage_batch_records.observe(len(records))
-                for w in batch:
-                    w.future.set_result(None)
-                failed = set()
-            self._writing_done = None
-            done.set_result(frozenset(failed | carried))
-
-    async def _isolate(self, batch: list[_Write]) -> set[str]:
-        """Commit a failed batch one request at a time; fail the requests that cannot be stored and
-        those built on them; reload only the groups they touched. Returns those groups."""
-        failed: set[str] = set()
-        refused = 0
-        for w in batch:
-            w.groups = _groups_of(w.records)
-            if w.groups & failed:
-                # Built on records that were not stored: its records are dropped with that group's reload.
-                failed |= w.groups
-                w.future.set_exception(StorageFailed("built on a change that could not be stored"))
-                continue
-            try:
-                await asyncio.to_thread(self.storage.write, w.records)
-            except Exception as e:
-                failed |= w.groups
-                refused += 1
-                if refused <= 3:  # a database outage fails them all: a few lines, not one per request
-                    log.error(
-                        "a request's %d records could not be stored (groups %s): %s",
-                        len(w.records),
-                        ", ".join(sorted(g[:64] for g in w.groups))[:300],
-                        str(e).splitlines()[0][:300] if str(e) else repr(e),
-                    )
-                w.future.set_exception(StorageFailed(str(e)[:300]))
-                continue
-            w.future.set_result(None)
-        if refused > 3:
-            log.error("%d requests of the batch could not be stored in all", refused)
-        if not failed:
-            return failed
-        # Requests still waiting to be written that touched those groups were applied on top of the
-        # failed records (or would be lost by the reload): they fail too, and their groups reload.
-        changed = True
-        while changed:
-            changed = False
-            keep = []
-            for w in self._pending:
-                groups = _groups_of(w.records)
-                if groups & failed:
-                    failed |= groups
-                    changed = True
-                    w.future.set_exception(StorageFailed("built on a change that could not be stored"))
-                    self._pending_records -= len(w.records)
+            while (batch := self.machine.next_batch()) is not None:
+                started = time.perf_counter()
+                try:
+                    await asyncio.to_thread(self.storage.write, batch.records)
+                except Exception as e:
+                    if not batch.isolating:  # one failure per failed batch, as before its isolation
+                        self.metrics.storage_failures.inc()
+                    self._log_failure(batch.isolating, len(batch.records), len(batch.tickets), batch.tickets, e)
+                    self.machine.commit_failed(batch)
                 else:
-                    keep.append(w)
-            self._pending = keep
-        if self._pending_done is not None:
-            self._pending_taint |= failed
-            self._writer_wakeup.set()
-        self.metrics.event_queue_size.set(self._pending_records)
-        self._reload_groups(failed)
-        return failed
+                    self.metrics.storage_commit.observe(time.perf_counter() - started)
+                    self.metrics.storage_batch_records.observe(len(batch.records))
+                    self.machine.committed(batch)
+                self._pump()
+            self._pump()
+
+    _refused = 0
+
+    def _log_failure(self, isolating: bool, records: int, requests: int, tickets: list[Ticket], e: Exception) -> None:
+        why = str(e).splitlines()[0][:300] if str(e) else repr(e)
+        if not isolating:
+            self._refused = 0
+            log.warning(
+                "storage write of %d records (%d requests) failed: %s; committing them one request at a time",
+                records,
+                requests,
+                why,
+            )
+            return
+        self._refused += 1
+        if self._refused <= 3:  # a database outage fails them all: a few lines, not one per request
+            groups = sorted(g[:64] for t in tickets for g in t.groups)
+            log.error(
+                "a request's %d records could not be stored (groups %s): %s", records, ", ".join(groups)[:300], why
+            )
+        elif self._refused == 4:
+            log.error("more requests of the batch could not be stored (logged once)")
 
     def _reload_groups(self, group_ids: set[str]) -> None:
         """Replace these groups in memory by what storage holds. Runs on the loop, synchronously:
@@ -398,18 +290,14 @@ class CoordinatorRuntime:
             self._assignment_tasks.add(task)
             task.add_done_callback(self._assignment_tasks.discard)
             return
-        now = self.clock()
-        for gid, records in loaded.items():
-            result = self.coordinator.reload_group(gid, records, now)
-            if result.records:
-                self._enqueue(result.records).add_done_callback(_consume)
+        self.machine.reload_groups(loaded, self.clock())
         self.metrics.reloaded_groups.inc(len(group_ids))
         log.warning(
             "reloaded %d groups from storage after a failed commit in %.3fs",
             len(group_ids),
             time.perf_counter() - started,
         )
-        self._after_handler()
+        self._pump()
 
     async def _recover(self) -> None:
         for attempt in range(1_000_000):
@@ -420,18 +308,7 @@ class CoordinatorRuntime:
                 log.exception("reloading state from storage failed (attempt %d)", attempt + 1)
                 await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
 
-    # ---- after each state change -------------------------------------------------------------
-
-    def _after_handler(self, records: list[Record] | None = None) -> None:
-        if records:
-            self._observe(records)
-        for job in self.coordinator.take_service_assignments() if self.coordinator.has_service_assignments() else ():
-            task = asyncio.create_task(self._run_service_assignment(job))
-            self._assignment_tasks.add(task)
-            task.add_done_callback(self._assignment_tasks.discard)
-        deadline = self.coordinator.next_deadline()
-        if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
-            self._timer_wakeup.set()
+    # ---- after each committed state change -----------------------------------------------------
 
     def _observe(self, records: list[Record]) -> None:
         now = self.clock()
@@ -471,7 +348,7 @@ class CoordinatorRuntime:
 
     async def _timers(self) -> None:
         while True:
-            deadline = self.coordinator.next_deadline()
+            deadline = self.machine.next_deadline()
             self._timer_deadline = deadline
             timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
             with contextlib.suppress(TimeoutError):

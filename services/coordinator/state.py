@@ -9,7 +9,7 @@ on every single state change, in tests, simulations and production alike.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.common.items import EMPTY, Items, TaskId
 from services.coordinator.records import (
@@ -253,3 +253,43 @@ class CoordinatorState:
             if held_by is not None:
                 raise InvariantViolation(f"{key} given to {mid} while still held for fenced member {held_by}")
             owner[key] = mid
+
+
+# ---- the durable view: what the stored records describe -------------------------------------------
+
+DURABLE_PARTS = ("meta", "members", "connectors", "configs", "target_members", "target", "held", "owner")
+
+
+def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
+    """The durable state of every group -- what its stored records replay to (volatile state such as
+    session deadlines, timers and the assignment in flight excluded) -- plus the ownership index that
+    replay derives from it. Recovery checks compare these: memory, committed and stored must agree."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for gid, g in sorted(state.groups.items()):
+        out[gid] = (
+            g.meta,
+            {mid: (m.meta, m.current) for mid, m in sorted(g.members.items())},
+            dict(sorted(g.connectors.items())),
+            dict(sorted(g.configs.items())),
+            dict(sorted(g.target_members.items())),
+            g.target,
+            dict(sorted(g.held.items())),
+            dict(g.owner),
+        )
+    return out
+
+
+def durable_diff(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> str:
+    """Where two durable views differ, group by group and part by part (for a failure message)."""
+    lines = []
+    for gid in sorted(set(a) | set(b)):
+        ga, gb = a.get(gid), b.get(gid)
+        if ga == gb:
+            continue
+        if ga is None or gb is None:
+            lines.append(f"  group {gid}: {ga!r} != {gb!r}")
+            continue
+        for name, x, y in zip(DURABLE_PARTS, ga, gb, strict=True):
+            if x != y:
+                lines.append(f"  group {gid} {name}:\n    committed {x!r}\n    recovered {y!r}")
+    return "\n".join(lines)

@@ -17,7 +17,7 @@ from services.common.items import Items, TaskId
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.records import RebalanceEvent, Record, record_key
-from services.coordinator.state import CoordinatorState, Group, Member
+from services.coordinator.state import CoordinatorState, Group, Member, durable_view
 
 IC = ("incremental-cooperative", 1, 2)
 EAGER = ("eager", 0, 0)
@@ -74,6 +74,7 @@ class Context:
     # -- plumbing
     def _apply(self, result: Result) -> Any:
         self.log.extend(result.records)
+        self._service_calls.extend(result.effects)
         return result.response
 
     def sleep(self, ms: int) -> list[Record]:
@@ -130,7 +131,6 @@ class Context:
 
     def service_calls(self, group_id: str = "g") -> list[ServiceAssignment]:
         """Take every Assign call queued for the assignor service (service mode) for the group, oldest first."""
-        self._service_calls.extend(self.coordinator.take_service_assignments())
         mine = [s for s in self._service_calls if s.group_id == group_id]
         self._service_calls = [s for s in self._service_calls if s.group_id != group_id]
         return mine
@@ -145,6 +145,11 @@ class Context:
         return int(
             self._apply(self.coordinator.complete_service_assignment(call.group_id, call.group_epoch, resp, self.now))
         )
+
+    def take_all_service_calls(self) -> list[ServiceAssignment]:
+        """Take every Assign call queued for the assignor service, whatever its group, oldest first."""
+        out, self._service_calls = self._service_calls, []
+        return out
 
     def service_request(self, group_id: str = "g") -> assignor_pb2.AssignRequest:
         """The one Assign call queued for the group, left queued (for a look at the assignor's input)."""
@@ -334,19 +339,3 @@ def compact(log: Iterable[Record]) -> list[Record]:
             compacted = {k: v for k, v in compacted.items() if k[1] != gid}
         compacted[key] = r
     return list(compacted.values())
-
-
-def durable_view(state: CoordinatorState) -> dict[str, Any]:
-    out = {}
-    for gid, g in state.groups.items():
-        out[gid] = (
-            g.meta,
-            {m: (mem.meta, mem.current) for m, mem in g.members.items()},
-            dict(g.connectors),
-            dict(g.configs),
-            dict(g.target_members),
-            g.target,
-            dict(g.held),
-            dict(g.owner),
-        )
-    return out

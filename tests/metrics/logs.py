@@ -68,7 +68,7 @@ class _Cluster:
         self.ctx.heartbeat(mid, m.member_epoch, gid, owned=owned)
 
     def _answer(self) -> None:
-        for call in self.ctx.coordinator.take_service_assignments():
+        for call in self.ctx.take_all_service_calls():
             resp = assignor.assign(call.request)
             self.ctx._apply(
                 self.ctx.coordinator.complete_service_assignment(call.group_id, call.group_epoch, resp, self.ctx.now)

@@ -1,0 +1,106 @@
+"""Shared pieces of the simulation: its bounds, the server config it runs with, violations, statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.coordinator.config import ServerConfig
+from simulator.scenario import (
+    MAX_HEARTBEAT_MS,
+    MAX_SCHEDULED_DELAY_MS,
+    MAX_SESSION_MS,
+    MIN_HEARTBEAT_MS,
+    MIN_SESSION_MS,
+    Scenario,
+)
+
+GROUP = "g"
+ASSIGNOR_TIMEOUT_MS = 2_000
+RETRY_BACKOFF_MAX_MS = 1_000
+LOAD_MS = 100  # the longest a restarted coordinator answers COORDINATOR_LOAD_IN_PROGRESS
+# Once converged, the group must stay converged this many heartbeat intervals.
+HOLD_INTERVALS = 3
+# Guard against a run that never ends (a livelock in virtual time).
+MAX_STEPS_PER_RUN = 200_000
+# ... and against one that never lets virtual time advance (something asks to be woken "now" forever).
+MAX_STEPS_AT_ONE_TIME = 5_000
+
+
+def server_config(s: Scenario) -> ServerConfig:
+    """The coordinator's bounds for simulation: Kafka's shapes, seconds instead of minutes."""
+    return ServerConfig(
+        session_timeout_ms=s.session_timeout_ms,
+        min_session_timeout_ms=MIN_SESSION_MS,
+        max_session_timeout_ms=MAX_SESSION_MS,
+        heartbeat_interval_ms=s.heartbeat_interval_ms,
+        min_heartbeat_interval_ms=MIN_HEARTBEAT_MS,
+        max_heartbeat_interval_ms=MAX_HEARTBEAT_MS,
+        scheduled_rebalance_max_delay_ms=s.scheduled_delay_ms,
+        empty_retention_ms=10**12,
+        assignment_retry_backoff_ms=200,
+        assignment_retry_backoff_max_ms=RETRY_BACKOFF_MAX_MS,
+        assignor_timeout_ms=ASSIGNOR_TIMEOUT_MS,
+    )
+
+
+def convergence_bound_ms(s: Scenario) -> int:
+    """How long after the faults stop the group must be Stable with every item running once:
+    a session (members that will never heartbeat again expire; restarted static members wait for
+    their old incarnation's session), the longest message delay (messages still in flight), the
+    delayed-rebalance window (the incremental cooperative assignor keeps lost work back for that
+    long), one assignment (an executor's rebalance timeout or the assignor service's deadline,
+    plus the retry backoff) and ten heartbeat intervals (revoke, acknowledge, assign, start)."""
+    max_delay = s.net.max_delay_ms if s.net.delay > 0 else 10
+    longest_rt = max((w.rebalance_timeout_ms for w in s.workers), default=0)
+    assignment = max(longest_rt + 1_000, ASSIGNOR_TIMEOUT_MS) + RETRY_BACKOFF_MAX_MS
+    return MAX_SESSION_MS + max_delay + MAX_SCHEDULED_DELAY_MS + assignment + LOAD_MS + 10 * MAX_HEARTBEAT_MS
+
+
+class Violation(Exception):
+    """An invariant does not hold. `invariant` names which (see docs/simulation.md)."""
+
+    def __init__(self, invariant: str, message: str) -> None:
+        super().__init__(f"[{invariant}] {message}")
+        self.invariant = invariant
+        self.message = message
+
+
+@dataclass
+class Stats:
+    messages: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    delayed: int = 0
+    refused: int = 0
+    partition_drops: int = 0
+    worker_crashes: int = 0
+    coordinator_crashes: int = 0
+    recoveries: int = 0
+    fenced: int = 0  # workers that learned they were fenced
+    coordinator_fenced: int = 0  # members the coordinator fenced (epoch mismatch or rebalance timeout)
+    rebalance_timeouts: int = 0  # ... of which for not revoking within the rebalance timeout
+    held: int = 0  # fenced with work held until their session would have expired
+    expired: int = 0  # members whose session expired
+    revocations: int = 0
+    safety_stops: int = 0
+    bad_requests: int = 0
+    assignments_installed: int = 0
+    effects: int = 0
+    converged_ms: int | None = None
+    # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
+    bad_checked: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    steps: int
+    virtual_ms: int
+    violation: Violation | None
+    trace_hash: str
+    trace: list[str]
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None

@@ -1,0 +1,162 @@
+"""The invariants, checked by the simulation (see docs/simulation.md):
+
+(a) safety -- no item runs on two workers, nor is in two members' assignments, and a worker runs
+only what the coordinator gave to (or holds for) it; (b) epochs -- member <= assignment <= group;
+(c) convergence -- once the faults stop, Stable with every item running once (`convergence_problem`);
+(d) durability -- a worker never knows what was not stored, and memory == committed == stored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from services.common.items import EMPTY, all_items
+from services.coordinator.records import MemberState as CoordMemberState
+from services.coordinator.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
+from simulator.base import GROUP, Violation
+from worker_sdk._member import MemberState
+
+if TYPE_CHECKING:
+    from simulator.engine import Simulation
+    from simulator.worker import SimWorker
+
+
+def check_safety(sim: Simulation) -> None:
+    """(a) and (b), after every step."""
+    running: dict[Any, SimWorker] = {}
+    for w in sim.workers:
+        for key in w.active.item_keys():
+            other = running.get(key)
+            if other is not None:
+                raise Violation("a-workers", f"{key} runs on both {other.name} and {w.name}")
+            running[key] = w
+    node = sim.node
+    if node.serving:
+        assert node.core is not None
+        group = node.core.state.groups.get(GROUP)
+        if group is not None:
+            _check_coordinator(sim, group, running)
+
+
+def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWorker]) -> None:
+    owner: dict[Any, str] = {}
+    for mid, m in group.members.items():
+        for key in m.owned.item_keys():
+            if key in owner:
+                raise Violation("a-coordinator", f"{key} is in the assignments of both {owner[key]} and {mid}")
+            owner[key] = mid
+        if not m.member_epoch <= group.assignment_epoch <= group.epoch:
+            raise Violation(
+                "b-epochs",
+                f"{mid}: member epoch {m.member_epoch}, assignment epoch {group.assignment_epoch}, "
+                f"group epoch {group.epoch}",
+            )
+    if not group.assignment_epoch <= group.epoch:
+        raise Violation("b-epochs", f"assignment epoch {group.assignment_epoch} > group epoch {group.epoch}")
+    for mid, items in group.held.items():
+        for key in items.item_keys():
+            if owner.get(key, mid) != mid:
+                raise Violation("a-coordinator", f"{key} is held for fenced {mid} and assigned to {owner[key]}")
+    # Cross-view: a worker runs only what the coordinator has given to (or holds for) its member
+    # id. A partitioned worker keeps running while the coordinator still counts it as a member;
+    # it must stop before its session would expire -- else this fails when the coordinator drops
+    # it (and hands its work to someone else).
+    for key, w in running.items():
+        mid = w.member_id
+        holder = owner.get(key) or group.held_owner.get(key)
+        if holder != mid:
+            raise Violation(
+                "a-cross",
+                f"{w.name} (member {mid or '-'}) runs {key}, which the coordinator "
+                + (f"gave to {holder}" if holder else "does not count as anyone's"),
+            )
+    # A worker never knows an epoch the coordinator has not stored: not beyond the assignment
+    # epoch, nor beyond its own member's epoch (while the coordinator still has that member).
+    for w in sim.workers:
+        wm = w.member
+        if wm is None or not wm.is_member:
+            continue
+        if wm.member_id not in sim.node.committed_members:
+            raise Violation("d-durability", f"{w.name} was told it is member {wm.member_id}, which was never stored")
+        cm = group.members.get(wm.member_id)
+        if wm.member_epoch > group.assignment_epoch or (
+            cm is not None
+            and cm.member_epoch >= 0
+            and wm.state != MemberState.LEAVING
+            and wm.member_epoch > cm.member_epoch
+        ):
+            raise Violation(
+                "d-durability",
+                f"{w.name} ({wm.member_id}) is at member epoch {wm.member_epoch}, but the coordinator has its member "
+                f"at {cm.member_epoch if cm else '-'} and the assignment epoch at {group.assignment_epoch} "
+                "(it was told something that was never stored)",
+            )
+
+
+def convergence_problem(sim: Simulation) -> str | None:
+    """Why the group is not converged (None if it is): Stable, and every item runs on exactly one
+    live worker, which the coordinator agrees owns it."""
+    node = sim.node
+    if not node.serving:
+        return "the coordinator is not serving"
+    assert node.core is not None
+    group = node.core.state.groups.get(GROUP)
+    if group is None:
+        return "no group"
+    if group.state() != STABLE:
+        return f"group state {group.state()} (epoch {group.epoch}, assignment epoch {group.assignment_epoch})"
+    if group.target.scheduled_rebalance_ms and group.target.scheduled_rebalance_ms > sim.now:
+        return "a delayed rebalance is scheduled"
+    if group.held:
+        return f"work held for fenced members {sorted(group.held)}"
+    union = EMPTY
+    total = 0
+    for w in sim.workers:
+        if not w.up:
+            continue
+        m = w.member
+        assert m is not None
+        if w.leaving or m.state != MemberState.STABLE:
+            return f"{w.name} is {'leaving' if w.leaving else m.state}"
+        if m.effect_outstanding is not None:
+            return f"{w.name} is still starting or stopping work"
+        deadline = m.safety_deadline_ms()
+        if deadline is None or deadline - m.session_timeout_ms + m.safety_margin_ms() < sim.scenario.fault_window_ms:
+            return f"{w.name} has had no successful heartbeat since the faults stopped"
+        if m.running != m.assigned or m.pending or w.active != m.running:
+            return f"{w.name} runs {w.active}, assigned {m.assigned}, pending {m.pending}"
+        cm = group.members.get(m.member_id)
+        if cm is None or cm.current.assigned != m.running or cm.member_epoch != m.member_epoch:
+            return f"{w.name} ({m.member_id}@{m.member_epoch}) disagrees with the coordinator"
+        if cm.current.state != CoordMemberState.STABLE:
+            return f"{w.name} is {cm.current.state} at the coordinator"
+        union = union | w.active
+        total += len(w.active)
+    expected = all_items(group.connectors)
+    if union != expected or total != len(expected):
+        return f"running {union} ({total}) but the group has {expected}"
+    # No membership change is still to come: every member is a live worker (a member left by
+    # a dead incarnation, or revived by its late requests, expires later and moves work around).
+    live = {w.member_id for w in sim.workers if w.up}
+    ghosts = sorted(set(group.members) - live)
+    if ghosts:
+        return f"members {ghosts} are no live worker's (they will expire)"
+    return None
+
+
+def check_storage(sim: Simulation) -> None:
+    """At the end: memory == committed state == what a fresh load of the SQLite file replays to."""
+    node = sim.node
+    if not node.serving:
+        return
+    assert node.core is not None
+    fresh = CoordinatorState()
+    for r in node.storage.load():
+        fresh.replay(r)
+    stored, committed, memory = durable_view(fresh), durable_view(node.shadow), durable_view(node.core.state)
+    if stored != committed:
+        raise Violation(
+            "d-recovery", "storage replays to a different state than committed:\n" + durable_diff(committed, stored)
+        )
+    if memory != committed:
+        raise Violation("d-recovery", "memory differs from the committed state:\n" + durable_diff(committed, memory))

@@ -1,0 +1,161 @@
+"""The simulated network: loses, duplicates, delays and partitions messages between workers and the coordinator."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.engine import Simulation
+    from simulator.worker import SimWorker
+
+import random
+from typing import Any
+
+from connect.coordinator.v1 import coordinator_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import Items
+
+# ---- the network ----------------------------------------------------------------------------------
+
+
+class Network:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.spec = sim.scenario.net
+        self.rng = random.Random(f"{sim.scenario.seed}/network")
+        # When the last message sent while faults were on arrives (stale messages can disturb the group until then).
+        self.last_chaos_delivery = 0
+        # Per (worker, incarnation) connection: when its last request arrives (FIFO delivery).
+        self._connection_clock: dict[tuple[int, int], int] = {}
+
+    def _chaos(self, now: int) -> bool:
+        return now < self.sim.scenario.fault_window_ms
+
+    def _delays(self, now: int, loss: float, what: str, may_duplicate: bool = True) -> list[int]:
+        """Delivery delays of one message: [] if it is lost, two if it is duplicated."""
+        stats = self.sim.stats
+        stats.messages += 1
+        rng = self.rng
+        if not self._chaos(now):
+            return [rng.randint(1, 10)]
+        if rng.random() < loss:
+            stats.lost += 1
+            self.sim.trace(f"{what}: LOST")
+            return []
+        copies = 1
+        if rng.random() < self.spec.duplicate and may_duplicate:
+            stats.duplicated += 1
+            copies = 2
+        out = []
+        for _ in range(copies):
+            delay = rng.randint(1, 10)
+            if rng.random() < self.spec.delay:
+                stats.delayed += 1
+                delay += rng.randint(0, self.spec.max_delay_ms)
+            out.append(delay)
+            self.last_chaos_delivery = max(self.last_chaos_delivery, now + delay)
+        return out
+
+    def request(self, w: SimWorker, kind: str, seq: int, body: Any, now: int) -> None:
+        if w.partitioned:
+            self.sim.stats.partition_drops += 1
+            self.sim.trace(f"{w.name} -> C {kind}: dropped (partitioned)")
+            return
+        key = (w.index, w.incarnation)
+        # A join under a server-generated id is not idempotent: a duplicate creates a second member
+        # (see NetSpec.duplicate_joins).
+        join = kind == "heartbeat" and not body.member_id
+        may_duplicate = self.spec.duplicate_joins or not join
+        for delay in self._delays(now, self.spec.loss_request, f"{w.name} -> C {kind}", may_duplicate):
+            at = now + delay
+            if not self.spec.unordered_requests:
+                # One connection per worker process (gRPC over HTTP/2, over TCP): its requests arrive in
+                # the order they were sent; a delayed one holds back those behind it (a duplicate
+                # arrives right after its original).
+                at = max(at, self._connection_clock.get(key, 0))
+                self._connection_clock[key] = at
+            self.sim.schedule(at, self._at_coordinator, w, w.incarnation, kind, seq, body)
+
+    def _at_coordinator(self, w: SimWorker, incarnation: int, kind: str, seq: int, body: Any, now: int) -> bool:
+        sim = self.sim
+        node = sim.node
+        desc = _describe_request(kind, body)
+        if w.partitioned:
+            sim.stats.partition_drops += 1
+            sim.trace(f"{w.name} -> C {desc}: dropped (partitioned)")
+            return True
+        if not node.up:
+            if self.rng.random() < self.spec.refuse:
+                sim.stats.refused += 1
+                sim.trace(f"{w.name} -> C {desc}: connection refused")
+                sim.schedule(now + 1, self._refused, w, incarnation, kind, seq)
+            else:
+                sim.trace(f"{w.name} -> C {desc}: coordinator down, no answer")
+            return True
+        if not node.loaded:
+            sim.trace(f"{w.name} -> C {desc}: loading")
+            self.respond(w, incarnation, kind, seq, _load_in_progress(kind), now)
+            return True
+        sim.trace(f"{w.name} -> C {desc}")
+        method = {"heartbeat": "heartbeat", "prepare": "prepare_assignment", "install": "install_assignment"}[kind]
+        node.execute(
+            lambda core, t: getattr(core, method)(body, t),
+            now,
+            lambda response: self.respond(w, incarnation, kind, seq, response, now),
+        )
+        return True
+
+    def _refused(self, w: SimWorker, incarnation: int, kind: str, seq: int, now: int) -> bool:
+        if not w.up or w.incarnation != incarnation or w.member is None:
+            return False
+        w.on_failure(kind, seq, now, "connection refused")
+        return True
+
+    def respond(self, w: SimWorker, incarnation: int, kind: str, seq: int, response: Any, now: int) -> None:
+        for delay in self._delays(now, self.spec.loss_response, f"C -> {w.name} {kind} response"):
+            self.sim.schedule(now + delay, self._at_worker, w, incarnation, kind, seq, response)
+
+    def _at_worker(self, w: SimWorker, incarnation: int, kind: str, seq: int, response: Any, now: int) -> bool:
+        if not w.up or w.incarnation != incarnation or w.member is None:
+            return False
+        if w.partitioned:
+            self.sim.stats.partition_drops += 1
+            self.sim.trace(f"C -> {w.name} {kind} response: dropped (partitioned)")
+            return True
+        self.sim.trace(f"C -> {w.name} {_describe_response(kind, response)}")
+        w.on_response(kind, seq, response, now)
+        return True
+
+
+def _load_in_progress(kind: str) -> Any:
+    code, msg = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "loading"
+    if kind == "heartbeat":
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(error_code=code, error_message=msg)
+    if kind == "prepare":
+        return coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=code, error_message=msg)
+    return coordinator_pb2.ConnectGroupInstallAssignmentResponse(error_code=code, error_message=msg)
+
+
+def _items(msg: Any) -> str:
+    return str(Items.from_proto(msg))
+
+
+def _describe_request(kind: str, body: Any) -> str:
+    if kind == "heartbeat":
+        owned = f" owned {_items(body.owned)}" if body.HasField("owned") else ""
+        return f"heartbeat {body.member_id or '(new)'}@{body.member_epoch}{owned}"
+    if kind == "prepare":
+        return f"prepare {body.member_id}@{body.member_epoch}"
+    return f"install {body.member_id}@{body.member_epoch} for group epoch {body.group_epoch}"
+
+
+def _describe_response(kind: str, r: Any) -> str:
+    code = ErrorCode.Name(r.error_code) if r.error_code in ErrorCode.values() else str(r.error_code)
+    if kind == "heartbeat":
+        a = (
+            f" assigned {_items(r.assignment.assigned)} pending {_items(r.assignment.pending)}"
+            if r.HasField("assignment")
+            else ""
+        )
+        return f"heartbeat response {code} {r.member_id}@{r.member_epoch}{a}"
+    return f"{kind} response {code}"
