@@ -1,0 +1,254 @@
+"""Record-level tests: the exact records a handler returns for the key transitions (join, revoke,
+acknowledge, advance, fence, install), as Kafka's GroupMetadataManagerTest asserts with
+`assertRecordsEquals`. The event log entries are part of the contract (the analytics job reads them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connect.coordinator.v1 import coordinator_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.core import Result
+from services.coordinator.records import (
+    AssignorSpec,
+    CurrentAssignment,
+    CurrentAssignmentValue,
+    EventType,
+    GroupMetadata,
+    GroupMetadataValue,
+    HeldAssignment,
+    MemberMetadata,
+    MemberMetadataValue,
+    MemberState,
+    RebalanceEvent,
+    Record,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
+)
+from services.coordinator.state import NO_ASSIGNMENT
+from tests.coordinator.harness import IC, Context, assignors_proto, items
+
+G = "g"
+IC_SPEC = (AssignorSpec(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2),)
+
+
+def event(ctx: Context, kind: str, member_id: str = "", member_epoch: int = 0, **details: Any) -> RebalanceEvent:
+    g = ctx.group(G)
+    return RebalanceEvent(G, ctx.now, kind, member_id, g.epoch, g.assignment_epoch, member_epoch, details)
+
+
+def join_request(ctx: Context, member_id: str = "") -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=G, member_id=member_id, member_epoch=0)
+    req.rebalance_timeout_ms = 30_000
+    req.client_assignors.CopyFrom(assignors_proto(IC))
+    req.owned.SetInParent()
+    req.request_sequence = ctx.next_sequence()
+    return req
+
+
+def heartbeat(ctx: Context, member_id: str, owned: Any = None) -> Result:
+    m = ctx.group(G).members[member_id]
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=G, member_id=member_id, member_epoch=m.member_epoch)
+    (owned if owned is not None else m.current.assigned).to_proto(req.owned)
+    req.request_sequence = ctx.next_sequence()
+    result = ctx.coordinator.heartbeat(req, ctx.now)
+    ctx._apply(result)
+    return result
+
+
+def assert_records(actual: list[Record], expected: list[Record]) -> None:
+    assert len(actual) == len(expected), "\n".join(map(repr, actual))
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a == e, f"record {i}:\n  actual   {a!r}\n  expected {e!r}"
+
+
+def test_join_writes_the_member_its_empty_assignment_and_a_group_epoch_bump() -> None:
+    ctx = Context()
+    ctx.put_connector("A", 1)
+    ctx.now = 1_000
+    before = ctx.group(G).meta
+    result = ctx.coordinator.heartbeat(join_request(ctx), ctx.now)
+    ctx._apply(result)
+    meta = MemberMetadataValue(
+        instance_id=None, url="", client_id="", rebalance_timeout_ms=30_000, assignors=IC_SPEC, joined_ms=1_000
+    )
+    assert_records(
+        result.records,
+        [
+            MemberMetadata(G, "m1", meta),
+            CurrentAssignment(G, "m1", NO_ASSIGNMENT),
+            RebalanceEvent(G, 1_000, EventType.MEMBER_JOINED, "m1", 1, 0, 0, {"instance_id": None, "url": ""}),
+            GroupMetadata(G, GroupMetadataValue(epoch=2, group_type=before.group_type, created_ms=before.created_ms)),
+            RebalanceEvent(G, 1_000, EventType.GROUP_EPOCH_BUMPED, "m1", 2, 0, 0, {"reason": "member_joined"}),
+            RebalanceEvent(
+                G,
+                1_000,
+                EventType.ASSIGNMENT_REQUESTED,
+                "m1",
+                2,
+                0,
+                0,
+                {"executor": "m1", "assignor": "incremental-cooperative"},
+            ),
+        ],
+    )
+    assert result.effects == []  # client-side mode: the member computes; nothing for the runtime to call
+    assert result.response.error_code == ErrorCode.COMPUTE_ASSIGNMENT
+
+
+def test_install_writes_the_target_then_the_member_advances_to_it() -> None:
+    ctx = Context()
+    ctx.put_connector("A", 1)
+    ctx.join()
+    ctx.now = 2_000
+    prep = ctx.prepare("m1")
+    target = items("AC0", "AT0")
+    req = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
+        group_id=G, member_id="m1", member_epoch=0, group_epoch=prep.group_epoch
+    )
+    target.to_proto(req.members.add(member_id="m1").connectors_and_tasks)
+    installed = ctx.coordinator.install_assignment(req, ctx.now)
+    ctx._apply(installed)
+    assert_records(
+        installed.records,
+        [
+            TargetMember(G, "m1", TargetMemberValue(target)),
+            TargetMetadata(
+                G,
+                TargetMetadataValue(
+                    assignment_epoch=2, assignor_name="incremental-cooperative", computed_by="worker:m1"
+                ),
+            ),
+            RebalanceEvent(
+                G,
+                2_000,
+                EventType.ASSIGNMENT_INSTALLED,
+                "m1",
+                2,
+                2,
+                0,
+                {
+                    "executor": "m1",
+                    "assignor": "incremental-cooperative",
+                    "moved_items": 0,
+                    "rebalance_delay_ms": 0,
+                    "latency_ms": 2_000,
+                },
+            ),
+        ],
+    )
+    # The member's next heartbeat advances it to the target's epoch and gives it the items.
+    advanced = heartbeat(ctx, "m1")
+    assert_records(
+        advanced.records,
+        [
+            CurrentAssignment(G, "m1", CurrentAssignmentValue(2, 0, MemberState.STABLE, target, items(), request_sequence=ctx._sequence)),
+            event(ctx, EventType.MEMBER_EPOCH_ADVANCED, "m1", 2, previous=0),
+            event(ctx, EventType.ITEMS_ASSIGNED, "m1", 2, items=2, **target.names()),
+            event(ctx, EventType.GROUP_STABLE),
+        ],
+    )
+
+
+def settled_two_members(ctx: Context) -> None:
+    """m1 runs A's connector and tasks 0-1; m2 joins and the target moves task 1 to m2."""
+    ctx.put_connector("A", 2)
+    ctx.join()
+    ctx.compute("m1", {"m1": items("AC0", "AT0", "AT1")})
+    heartbeat(ctx, "m1")
+    ctx.join()
+    ctx.now = 5_000
+    ctx.compute("m1", {"m1": items("AC0", "AT0"), "m2": items("AT1")})
+
+
+def test_a_move_revokes_first_and_the_acknowledgement_releases_the_item() -> None:
+    ctx = Context()
+    settled_two_members(ctx)
+    epoch = ctx.group(G).assignment_epoch
+    revoke = heartbeat(ctx, "m1")
+    revoking = items("AT1")
+    assert_records(
+        revoke.records,
+        [
+            CurrentAssignment(
+                G,
+                "m1",
+                CurrentAssignmentValue(
+                    2, 0, MemberState.UNREVOKED_ITEMS, items("AC0", "AT0"), revoking, request_sequence=ctx._sequence
+                ),
+            ),
+            event(ctx, EventType.REVOCATION_REQUESTED, "m1", 2, items=1, **revoking.names()),
+        ],
+    )
+    assert ctx.coordinator.timer.deadline(("revocation", G, "m1")) == 5_000 + 30_000
+    ctx.now = 6_000
+    ack = heartbeat(ctx, "m1")  # owned = what it still runs: the revoked task is gone
+    assert_records(
+        ack.records,
+        [
+            CurrentAssignment(
+                G,
+                "m1",
+                CurrentAssignmentValue(
+                    epoch, 2, MemberState.STABLE, items("AC0", "AT0"), items(), request_sequence=ctx._sequence
+                ),
+            ),
+            event(ctx, EventType.REVOCATION_ACKNOWLEDGED, "m1", epoch, items=1, **revoking.names()),
+            event(ctx, EventType.MEMBER_EPOCH_ADVANCED, "m1", epoch, previous=2),
+        ],
+    )
+    assert ctx.coordinator.timer.deadline(("revocation", G, "m1")) is None
+
+
+def test_a_stale_epoch_fences_the_member_and_holds_its_work() -> None:
+    ctx = Context()
+    settled_two_members(ctx)
+    heartbeat(ctx, "m1")  # revocation requested
+    m1 = ctx.group(G).members["m1"]
+    owned, session = m1.owned, m1.session_deadline_ms
+    ctx.now = 7_000
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=G, member_id="m1", member_epoch=1)
+    req.request_sequence = ctx.next_sequence()
+    fenced = ctx.coordinator.heartbeat(req, ctx.now)
+    ctx._apply(fenced)
+    assert fenced.response.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    g = ctx.group(G)
+    assert_records(
+        fenced.records[:4],
+        [
+            CurrentAssignment(G, "m1", None),
+            MemberMetadata(G, "m1", None),
+            HeldAssignment(G, "m1", owned),
+            RebalanceEvent(
+                G,
+                7_000,
+                EventType.MEMBER_FENCED,
+                "m1",
+                g.epoch - 1,
+                g.assignment_epoch,
+                0,  # logged after the member's records are tombstoned (its epoch is in request_epoch's answer)
+                {
+                    "items": len(owned),
+                    "held": True,
+                    "last_heartbeat_ms": 5_000,
+                    **owned.names(),
+                    "request_epoch": 1,
+                },
+            ),
+        ],
+    )
+    assert fenced.records[4] == GroupMetadata(G, GroupMetadataValue(g.epoch, g.meta.group_type, g.meta.created_ms))
+    assert ctx.coordinator.timer.deadline(("held", G, "m1")) == session
+
+
+def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> None:
+    ctx = Context(service_assignors={"incremental-cooperative": (0, 5)})
+    ctx.put_connector("A", 1)
+    result = ctx.coordinator.heartbeat(join_request(ctx), ctx.now)
+    ctx._apply(result)
+    assert [type(e).__name__ for e in result.effects] == ["ServiceAssignment"]
+    job = result.effects[0]
+    assert (job.group_id, job.group_epoch, job.request.assignor_name) == (G, 2, "incremental-cooperative")
+    assert result.records[-1].event == EventType.ASSIGNMENT_REQUESTED
