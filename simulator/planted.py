@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from services.common.items import EMPTY
-from services.coordinator import core as core_module
+from services.coordinator import membership as membership_module
 from services.coordinator.core import GroupCoordinator
 from services.coordinator.machine import CoordinatorMachine
 from services.coordinator.records import CurrentAssignmentValue, MemberState
@@ -33,7 +33,7 @@ def _patch(obj: Any, name: str, value: Any) -> Iterator[None]:
 def skip_revocation_wait() -> Iterator[None]:
     """Reconciliation does not wait for the member to confirm a revocation: the revoked items are
     released (and can be handed to another worker) while the member may still be running them."""
-    original = core_module.next_assignment
+    original = membership_module.next_assignment
 
     def next_assignment(current: CurrentAssignmentValue, *args: Any, **kwargs: Any) -> CurrentAssignmentValue:
         after = original(current, *args, **kwargs)
@@ -41,7 +41,7 @@ def skip_revocation_wait() -> Iterator[None]:
             return replace(after, state=MemberState.STABLE, revoking=EMPTY)
         return after
 
-    with _patch(core_module, "next_assignment", next_assignment):
+    with _patch(membership_module, "next_assignment", next_assignment):
         yield
 
 

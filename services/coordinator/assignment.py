@@ -8,7 +8,6 @@ executor, the result is validated against the snapshot it was computed from befo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.common.items import Items, TaskId
@@ -16,22 +15,6 @@ from services.coordinator.records import AssignorSpec
 from services.coordinator.state import Group, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
-
-
-@dataclass(slots=True)
-class InFlightAssignment:
-    executor: str  # a member id, or SERVICE_EXECUTOR
-    started_ms: int
-    deadline_ms: int
-    # Set once the input was handed out (Prepare, or the service call).
-    group_epoch: int = -1
-    snapshot_members: dict[str, str | None] = field(default_factory=dict)  # member id -> instance id
-    snapshot_connectors: dict[str, int] = field(default_factory=dict)
-    assignor_name: str = ""
-
-    @property
-    def prepared(self) -> bool:
-        return self.group_epoch >= 0
 
 
 class AssignorSelectionError(Exception):
@@ -60,12 +43,6 @@ def select_assignor(members: Iterable[list[AssignorSpec] | tuple[AssignorSpec, .
     raise AssignorSelectionError(
         "the members' version ranges of every common assignor do not overlap: " + ", ".join(sorted(common))
     )
-
-
-def version_span(members: Iterable[Member], assignor: str) -> tuple[int, int]:
-    specs = [m.assignor(assignor) for m in members]
-    present = [s for s in specs if s is not None]
-    return min(s.minimum_version for s in present), max(s.maximum_version for s in present)
 
 
 def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[str]:

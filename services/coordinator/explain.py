@@ -16,7 +16,7 @@ from connect.coordinator.v1 import admin_pb2
 from services.assignor import INCREMENTAL_COOPERATIVE, AssignorState
 from services.common.items import EMPTY, Items, TaskId
 from services.coordinator.state import Group, ItemKey, Member
-from services.coordinator.timers import Timer
+from services.coordinator.timers import Timer, TimerKey, TimerKind
 
 SERVICE_LABEL = "service"  # how the assignor service is named as an executor
 HELD_FENCED = "fenced"
@@ -40,7 +40,7 @@ def describe_member(dm: admin_pb2.DescribedMember, group: Group, member: Member,
     if revoking:
         revoking.to_proto(dm.revoking)
         dm.revoking_since_ms = member.revoking_since_ms
-        dm.revocation_deadline_ms = timer.deadline(("revocation", group.group_id, mid)) or 0
+        dm.revocation_deadline_ms = timer.deadline(TimerKey(TimerKind.REVOCATION, group.group_id, mid)) or 0
     dm.session_expires_ms = member.session_deadline_ms
     pending = group.pending_of(member)
     if not pending:
@@ -90,7 +90,9 @@ def delayed_work(group: Group) -> list[tuple[str, str, Items]]:
 def describe_group(described: admin_pb2.DescribedGroup, group: Group, timer: Timer) -> None:
     gid = group.group_id
     for mid in sorted(group.held):
-        entry = described.held.add(reason=HELD_FENCED, member_id=mid, until_ms=timer.deadline(("held", gid, mid)) or 0)
+        entry = described.held.add(
+            reason=HELD_FENCED, member_id=mid, until_ms=timer.deadline(TimerKey(TimerKind.HELD, gid, mid)) or 0
+        )
         group.held[mid].to_proto(entry.items)
     scheduled = group.target.scheduled_rebalance_ms
     described.scheduled_rebalance_ms = scheduled
@@ -99,13 +101,13 @@ def describe_group(described: admin_pb2.DescribedGroup, group: Group, timer: Tim
             reason=HELD_DELAYED_REBALANCE, member_id=mid, instance_id=instance_id, until_ms=scheduled
         )
         items.to_proto(entry.items)
-    inflight = group.in_flight
+    inflight = group.process.in_flight
     if inflight is not None:
         f = described.assignment_in_flight
         f.executor = inflight.executor or SERVICE_LABEL
         f.started_ms = inflight.started_ms
         f.deadline_ms = inflight.deadline_ms
-    if group.last_assignment_error is not None:
-        executor, message, time_ms = group.last_assignment_error
+    if group.process.last_error is not None:
+        executor, message, time_ms = group.process.last_error
         e = described.last_assignment_error
         e.executor, e.message, e.time_ms = executor, message, time_ms

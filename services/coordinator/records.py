@@ -1,10 +1,10 @@
 """The records the coordinator writes: the only way durable group state changes.
 
-Each record has a key (the fields before ``value``) and a value; ``value is None`` is a tombstone
-(the row is deleted). Handlers return records; the runtime writes them to SQL in one transaction
-and then applies them to memory with ``GroupState.replay`` -- the same function recovery uses.
-Later records for the same key supersede earlier ones, so a batch may be compacted to the last
-record per key before it is written.
+Each record type is one typed contract: its ``key`` (the fields before the value) and whether it is
+a ``tombstone`` (value None: the row is deleted). Handlers emit records, which are applied to memory
+at once with ``CoordinatorState.replay`` -- the same function recovery uses -- and the runtime writes
+them to SQL in one transaction before answering. Later records for the same key supersede earlier
+ones, so a log may be compacted to the last record per key.
 
 Shapes follow seed 001's records (group metadata, connectors, member metadata, target assignment,
 current member assignment, group configuration), plus two of our own: ``HeldAssignment`` (work of
@@ -13,11 +13,15 @@ a fenced member that may still be running it) and ``RebalanceEvent`` (the append
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from connect.coordinator.v1 import common_pb2
 from services.common.items import Items
+
+# A state record's compaction key: its kind, then its key fields (e.g. ("member", group id, member id)).
+RecordKey = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,9 @@ class TargetMetadataValue:
     computed_by: str = ""
 
 
-class MemberState:
+class MemberState(enum.StrEnum):
+    """A member's reconciliation state (seed 002's names)."""
+
     STABLE = "Stable"
     UNREVOKED_ITEMS = "UnrevokedItems"
     UNRELEASED_ITEMS = "UnreleasedItems"
@@ -98,7 +104,7 @@ class MemberState:
 class CurrentAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
-    state: str
+    state: MemberState
     # What the member may run now.
     assigned: Items
     # What it was asked to stop and has not yet confirmed; still owned by it until then.
@@ -123,12 +129,32 @@ class GroupMetadata:
     group_id: str
     value: GroupMetadataValue | None
 
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("group", self.group_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
+
 
 @dataclass(frozen=True, slots=True)
 class ConnectorRecord:
     group_id: str
     connector: str
     task_count: int | None  # None = tombstone
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("connector", self.group_id, self.connector)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.task_count is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +163,16 @@ class MemberMetadata:
     member_id: str
     value: MemberMetadataValue | None
 
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("member", self.group_id, self.member_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
+
 
 @dataclass(frozen=True, slots=True)
 class TargetMember:
@@ -144,11 +180,31 @@ class TargetMember:
     member_id: str
     value: TargetMemberValue | None
 
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("target_member", self.group_id, self.member_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
+
 
 @dataclass(frozen=True, slots=True)
 class TargetMetadata:
     group_id: str
     value: TargetMetadataValue | None
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("target", self.group_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +212,16 @@ class CurrentAssignment:
     group_id: str
     member_id: str
     value: CurrentAssignmentValue | None
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("assignment", self.group_id, self.member_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +233,32 @@ class HeldAssignment:
     member_id: str
     items: Items | None  # None = tombstone
 
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("held", self.group_id, self.member_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.items is None
+
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     group_id: str
     name: str
     value: str | None  # None = tombstone
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("config", self.group_id, self.name)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +268,16 @@ class RebalanceEvent:
 
     group_id: str
     time_ms: int
-    event: str
+    event: str  # an EventType (stored and read back as its string)
     member_id: str = ""
     group_epoch: int = 0
     assignment_epoch: int = 0
     member_epoch: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+
+    # Not part of the replayed state: no key (never compacted), never a tombstone.
+    key: ClassVar[None] = None
+    tombstone: ClassVar[bool] = False
 
 
 Record = (
@@ -214,30 +304,14 @@ STATE_RECORD_TYPES = (
 )
 
 
-def record_key(record: Record) -> tuple[Any, ...] | None:
+def record_key(record: Record) -> RecordKey | None:
     """The compaction key of a state record (None for the append-only event log)."""
-    match record:
-        case GroupMetadata(group_id=g):
-            return ("group", g)
-        case ConnectorRecord(group_id=g, connector=c):
-            return ("connector", g, c)
-        case MemberMetadata(group_id=g, member_id=m):
-            return ("member", g, m)
-        case TargetMember(group_id=g, member_id=m):
-            return ("target_member", g, m)
-        case TargetMetadata(group_id=g):
-            return ("target", g)
-        case CurrentAssignment(group_id=g, member_id=m):
-            return ("assignment", g, m)
-        case HeldAssignment(group_id=g, member_id=m):
-            return ("held", g, m)
-        case GroupConfig(group_id=g, name=n):
-            return ("config", g, n)
-        case _:
-            return None
+    return record.key
 
 
-class EventType:
+class EventType(enum.StrEnum):
+    """The event log's event names (the analytics job and `connect-groups events` read them)."""
+
     MEMBER_JOINED = "member_joined"
     MEMBER_LEFT = "member_left"
     MEMBER_FENCED = "member_fenced"

@@ -9,7 +9,7 @@ on every single state change, in tests, simulations and production alike.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common.items import EMPTY, Items, TaskId
 from services.coordinator.records import (
@@ -32,20 +32,15 @@ from services.coordinator.records import (
     TargetMetadataValue,
 )
 
-if TYPE_CHECKING:
-    from services.coordinator.assignment import InFlightAssignment
-
 ItemKey = str | TaskId
 
 EMPTY_GROUP = "Empty"
 ASSIGNING = "Assigning"
 RECONCILING = "Reconciling"
 STABLE = "Stable"
-DEAD = "Dead"
-GROUP_STATES = (EMPTY_GROUP, ASSIGNING, RECONCILING, STABLE, DEAD)
+GROUP_STATES = (EMPTY_GROUP, ASSIGNING, RECONCILING, STABLE)
 
 # A static member that announced a temporary leave (member epoch -2).
-LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
 
@@ -91,6 +86,40 @@ class Member:
 
 
 @dataclass(slots=True)
+class InFlightAssignment:
+    """The assignment being computed: by whom, until when, and from which snapshot of the group."""
+
+    executor: str  # a member id, or SERVICE_EXECUTOR ("") for the assignor service
+    started_ms: int
+    deadline_ms: int
+    # Set once the input was handed out (Prepare, or the service call).
+    group_epoch: int = -1
+    snapshot_members: dict[str, str | None] = field(default_factory=dict)  # member id -> instance id
+    snapshot_connectors: dict[str, int] = field(default_factory=dict)
+    assignor_name: str = ""
+
+    @property
+    def prepared(self) -> bool:
+        return self.group_epoch >= 0
+
+
+@dataclass(slots=True)
+class AssignmentProcessState:
+    """Everything volatile about a group's assignment process, in one place (not stored: a restart
+    starts a new computation): the computation in flight, the failures since the last install
+    (for the backoff and to avoid an executor that just failed), and the last error (DescribeGroups)."""
+
+    in_flight: InFlightAssignment | None = None
+    failures: int = 0
+    failed_executors: set[str] = field(default_factory=set)
+    last_executor: str = ""
+    # The group epoch for which "no worker can compute" was said (said once per epoch).
+    unassignable_epoch: int = -1
+    # (executor, why, when) of the last failed assignment; None: none since the start.
+    last_error: tuple[str, str, int] | None = None
+
+
+@dataclass(slots=True)
 class Group:
     group_id: str
     meta: GroupMetadataValue
@@ -104,20 +133,23 @@ class Group:
     owner: dict[ItemKey, str] = field(default_factory=dict)
     held_owner: dict[ItemKey, str] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
-    # Volatile: the assignment being computed, if any (not stored; a restart starts a new one).
-    in_flight: InFlightAssignment | None = None
-    assignment_failures: int = 0
-    last_executor: str = ""
-    unassignable_epoch: int = -1
-    failed_executors: set[str] = field(default_factory=set)
-    # Volatile: the last failed assignment (executor, why, when), for DescribeGroups; None: none since start.
-    last_assignment_error: tuple[str, str, int] | None = None
+    # Volatile: the assignment process (the computation in flight, failures, last error).
+    process: AssignmentProcessState = field(default_factory=AssignmentProcessState)
     # Volatile: the last assignment epoch a `group_stable` event was written for.
     stable_logged_epoch: int = -1
 
     @property
     def epoch(self) -> int:
         return self.meta.epoch
+
+    @property
+    def in_flight(self) -> InFlightAssignment | None:
+        """The assignment being computed, if any."""
+        return self.process.in_flight
+
+    @property
+    def assignment_failures(self) -> int:
+        return self.process.failures
 
     @property
     def assignment_epoch(self) -> int:

@@ -7,11 +7,27 @@ stale heap entries are skipped when popped (lazy deletion), so a heartbeat costs
 
 from __future__ import annotations
 
+import enum
 import heapq
 from itertools import count
+from typing import NamedTuple
 
-# (kind, group id[, member id]) -- e.g. ("session", "g1", "m1").
-TimerKey = tuple[str, ...]
+
+class TimerKind(enum.StrEnum):
+    SESSION = "session"  # a member's session: it expires unless it heartbeats first
+    REVOCATION = "revocation"  # a member asked to revoke: fenced unless it confirms within its rebalance timeout
+    HELD = "held"  # a fenced member's work: released when its session would have expired
+    ASSIGNMENT = "assignment"  # the assignment in flight: its deadline, or the backoff after a failure
+    SCHEDULED = "scheduled"  # a delayed rebalance (the assignor's rebalance_delay_ms)
+    RETENTION = "retention"  # an empty group: deleted after group.connect.empty.retention
+
+
+class TimerKey(NamedTuple):
+    """Which timer: its kind, its group and, for a member's timers, the member."""
+
+    kind: TimerKind
+    group_id: str
+    member_id: str = ""
 
 
 class Timer:
@@ -53,8 +69,8 @@ class Timer:
         return fired
 
     def cancel_group(self, group_id: str) -> None:
-        """Cancel every timer of one group (keys are (kind, group id, ...))."""
-        for key in [k for k in self._deadlines if len(k) > 1 and k[1] == group_id]:
+        """Cancel every timer of one group ."""
+        for key in [k for k in self._deadlines if k.group_id == group_id]:
             del self._deadlines[key]
 
     def clear(self) -> None:

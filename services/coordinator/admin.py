@@ -1,0 +1,322 @@
+"""The admin API's handlers: connectors, group configs, group deletion, member removal, and the
+read-only views (ListGroups, DescribeGroups, DescribeConfigs)."""
+
+from __future__ import annotations
+
+from connect.coordinator.v1 import admin_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import EMPTY, all_items
+from services.coordinator import explain, validation
+from services.coordinator.assignment import (
+    AssignorSelectionError,
+)
+from services.coordinator.config import (
+    ASSIGNMENT_MODE,
+    SCHEDULED_REBALANCE_MAX_DELAY,
+    GroupConfigError,
+    validate_group_configs,
+)
+from services.coordinator.errors import ApiError, clip, invalid
+from services.coordinator.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.records import (
+    ConnectorRecord,
+    EventType,
+    GroupConfig,
+    GroupMetadata,
+    GroupMetadataValue,
+)
+from services.coordinator.state import (
+    STATIC_LEAVE_EPOCH,
+    Group,
+)
+from services.coordinator.timers import TimerKey, TimerKind
+
+
+class Admin(CoreBase):
+    """ConnectGroupAdmin's handlers."""
+
+    def _group_or_create(self, sink: Sink, group_id: str, now: int) -> Group:
+        group = self.state.groups.get(group_id)
+        if group is None:
+            sink.emit(GroupMetadata(group_id, GroupMetadataValue(epoch=0, group_type=GROUP_TYPE, created_ms=now)))
+            group = self.state.groups[group_id]
+            sink.event(group, EventType.GROUP_CREATED)
+        return group
+
+    def put_connector(self, req: admin_pb2.PutConnectorRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
+            validation.check_id(req.connector, "connector", cfg=self.config)
+            limit = self.config.max_tasks_per_connector
+            if not 0 <= req.task_count <= limit:
+                raise invalid(
+                    f"task_count must be between 0 and {limit} (group.connect.max.tasks.per.connector), got {req.task_count}"
+                )
+            self._check_group_bounds(req.group_id, req.connector, req.task_count)
+            group = self._group_or_create(sink, req.group_id, now_ms)
+            if group.connectors.get(req.connector) != req.task_count:
+                previous = group.connectors.get(req.connector)
+                before = all_items({req.connector: previous}) if previous is not None else EMPTY
+                after = all_items({req.connector: req.task_count})
+                sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count))
+                self._bump(
+                    sink,
+                    group,
+                    "connector_added" if previous is None else "task_count_changed",
+                    **(after - before).names(),
+                    **(before - after).names("removed_"),
+                )
+            self._after_change(sink, group, now_ms)
+            response = admin_pb2.PutConnectorResponse(group_epoch=group.epoch)
+        except ApiError as e:
+            response = admin_pb2.PutConnectorResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def _check_group_bounds(self, group_id: str, connector: str, task_count: int) -> None:
+        group = self.state.groups.get(group_id)
+        connectors = group.connectors if group is not None else {}
+        limit = self.config.max_connectors_per_group
+        if connector not in connectors and len(connectors) >= limit:
+            raise invalid(
+                f"connector: group '{clip(group_id)}' already has {len(connectors)} connectors "
+                f"(group.connect.max.connectors.per.group = {limit})"
+            )
+        tasks = sum(connectors.values()) - connectors.get(connector, 0) + task_count
+        if tasks > self.config.max_tasks_per_group:
+            raise invalid(
+                f"task_count: the group would have {tasks} tasks, more than "
+                f"group.connect.max.tasks.per.group = {self.config.max_tasks_per_group}"
+            )
+
+    def delete_connector(self, req: admin_pb2.DeleteConnectorRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
+            validation.check_id(req.connector, "connector", cfg=self.config)
+            group = self.state.groups.get(req.group_id)
+            if group is None:
+                raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
+            if req.connector not in group.connectors:
+                raise invalid(f"connector '{req.connector}' is not defined in group '{req.group_id}'")
+            removed = all_items({req.connector: group.connectors[req.connector]})
+            sink.emit(ConnectorRecord(group.group_id, req.connector, None))
+            self._bump(sink, group, "connector_removed", **removed.names("removed_"))
+            self._after_change(sink, group, now_ms)
+            response = admin_pb2.DeleteConnectorResponse(group_epoch=group.epoch)
+        except ApiError as e:
+            response = admin_pb2.DeleteConnectorResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def alter_configs(self, req: admin_pb2.AlterConfigsRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_alter_configs(req, self.config)
+            set_: dict[str, str] = {}
+            for i, entry in enumerate(req.set):
+                if entry.name in set_:
+                    raise invalid(f"set[{i}].name '{clip(entry.name)}' is listed twice")
+                set_[entry.name] = entry.value
+            group = self.state.groups.get(req.group_id)
+            current = dict(group.configs) if group is not None else {}
+            try:
+                new = validate_group_configs(
+                    self.config, current, set_, list(req.delete), self.service_assignors is not None
+                )
+            except GroupConfigError as e:
+                raise invalid(str(e)) from None
+            group = self._group_or_create(sink, req.group_id, now_ms)
+            old_effective = self.group_configs(group)
+            for name in sorted(set(current) | set(new)):
+                if current.get(name) != new.get(name):
+                    sink.emit(GroupConfig(group.group_id, name, new.get(name)))
+            new_effective = self.group_configs(group)
+            if old_effective[ASSIGNMENT_MODE] != new_effective[ASSIGNMENT_MODE] and group.process.in_flight is not None:
+                self._abandon_assignment(sink, group, now_ms, "assignment.mode changed")
+            if (
+                group.members
+                and old_effective[SCHEDULED_REBALANCE_MAX_DELAY] != new_effective[SCHEDULED_REBALANCE_MAX_DELAY]
+            ):
+                self._bump(sink, group, "config_changed")
+            self._after_change(sink, group, now_ms)
+            response = admin_pb2.AlterConfigsResponse()
+        except ApiError as e:
+            response = admin_pb2.AlterConfigsResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def delete_groups(self, req: admin_pb2.DeleteGroupsRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        response = admin_pb2.DeleteGroupsResponse()
+        try:
+            validation.check_group_ids(req.group_ids, self.config)
+        except ApiError as e:
+            response.results.add(error_code=e.code, error_message=e.message)
+            return sink.result(response)
+        for gid in req.group_ids:
+            error = self._group_id_error(gid)
+            result = response.results.add(group_id=gid if error is None else clip(gid))
+            group = self.state.groups.get(gid)
+            if error is not None:
+                result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, error
+            elif group is None:
+                result.error_code, result.error_message = ErrorCode.GROUP_ID_NOT_FOUND, f"group '{gid}' does not exist"
+            elif group.members:
+                result.error_code = ErrorCode.NON_EMPTY_GROUP
+                result.error_message = (
+                    f"group '{gid}' has {len(group.members)} members; only an empty group can be deleted"
+                )
+            else:
+                self._delete_group(sink, group)
+        return sink.result(response)
+
+    def remove_members(self, req: admin_pb2.RemoveMembersRequest, now_ms: int) -> Result:
+        """Kafka's RemoveMembersFromConsumerGroup: remove members for good, by member_id or instance_id.
+
+        Safety: a removed member that is still active (not at -2) may still be running its work -- an
+        operator cannot know better than the coordinator -- so its items are held like a fenced
+        member's, until its session would have expired (the worker SDK stops by then); its next
+        heartbeat gets UNKNOWN_MEMBER_ID. A static member that left temporarily (-2) stopped its work
+        before leaving, so its items are released at once."""
+        sink = Sink(self.state, now_ms)
+        response = admin_pb2.RemoveMembersResponse()
+        try:
+            validation.check_id(req.group_id, "group_id", cfg=self.config)
+            if not req.members:
+                raise invalid("members must name at least one member")
+            validation.check_count(len(req.members), "members", self.config)
+            for i, who in enumerate(req.members):
+                if bool(who.member_id) == bool(who.instance_id):
+                    raise invalid(f"members[{i}]: give exactly one of member_id and instance_id")
+                validation.check_id(
+                    who.member_id or who.instance_id,
+                    f"members[{i}].{'member_id' if who.member_id else 'instance_id'}",
+                    cfg=self.config,
+                )
+            group = self.state.groups.get(req.group_id)
+            if group is None:
+                raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
+            removed = False
+            for who in req.members:
+                result = response.results.add(member_id=who.member_id, instance_id=who.instance_id)
+                mid = group.static_members.get(who.instance_id) if who.instance_id else who.member_id
+                member = group.members.get(mid) if mid else None
+                if member is None:
+                    name = f"instance_id '{who.instance_id}'" if who.instance_id else f"member '{who.member_id}'"
+                    result.error_code = ErrorCode.UNKNOWN_MEMBER_ID
+                    result.error_message = f"{name} is not a member of group '{group.group_id}'"
+                    continue
+                result.member_id, result.instance_id = member.member_id, member.meta.instance_id or ""
+                hold = member.member_epoch != STATIC_LEAVE_EPOCH
+                self._remove_member(sink, group, member, now_ms, reason=EventType.MEMBER_REMOVED, hold=hold)
+                removed = True
+            if removed:
+                self._after_change(sink, group, now_ms)
+            response.group_epoch = group.epoch
+        except ApiError as e:
+            del response.results[:]
+            response.error_code, response.error_message = e.code, e.message
+        return sink.result(response)
+
+    def _group_id_error(self, gid: str) -> str | None:
+        try:
+            validation.check_id(gid, "group_ids: a group id", cfg=self.config)
+        except ApiError as e:
+            return e.message
+        return None
+
+    def _delete_group(self, sink: Sink, group: Group) -> None:
+        sink.event(group, EventType.GROUP_DELETED, **all_items(group.connectors).names("removed_"))
+        sink.emit(GroupMetadata(group.group_id, None))
+        for kind in (TimerKind.RETENTION, TimerKind.SCHEDULED, TimerKind.ASSIGNMENT):
+            self.timer.cancel(TimerKey(kind, group.group_id))
+        for mid in group.held:
+            self.timer.cancel(TimerKey(TimerKind.HELD, group.group_id, mid))
+
+    def list_groups(self, req: admin_pb2.ListGroupsRequest) -> admin_pb2.ListGroupsResponse:
+        try:
+            validation.check_list_groups(req, self.config)
+        except ApiError as e:
+            return admin_pb2.ListGroupsResponse(error_code=e.code)  # the response has no message field
+        states = {s.lower() for s in req.states_filter}
+        types = {t.lower() for t in req.types_filter}
+        response = admin_pb2.ListGroupsResponse()
+        for gid in sorted(self.state.groups):
+            group = self.state.groups[gid]
+            state = group.state()
+            if (states and state.lower() not in states) or (types and group.meta.group_type not in types):
+                continue
+            response.groups.add(group_id=gid, group_state=state, group_type=group.meta.group_type)
+        return response
+
+    def describe_groups(self, req: admin_pb2.DescribeGroupsRequest) -> admin_pb2.DescribeGroupsResponse:
+        response = admin_pb2.DescribeGroupsResponse()
+        try:
+            validation.check_group_ids(req.group_ids, self.config)
+        except ApiError as e:
+            response.groups.add(error_code=e.code, error_message=e.message, group_state="Dead")
+            return response
+        for gid in req.group_ids:
+            error = self._group_id_error(gid)
+            described = response.groups.add(group_id=gid if error is None else clip(gid))
+            group = self.state.groups.get(gid) if error is None else None
+            if error is not None:
+                described.error_code, described.error_message = ErrorCode.INVALID_REQUEST, error
+                described.group_state = "Dead"
+                continue
+            if group is None:
+                described.error_code = ErrorCode.GROUP_ID_NOT_FOUND
+                described.error_message = f"group '{gid}' does not exist"
+                described.group_state = "Dead"
+                continue
+            described.group_type = group.meta.group_type
+            described.group_state = group.state()
+            described.group_epoch = group.epoch
+            described.assignment_epoch = group.assignment_epoch
+            described.assignor_name = self._safe_assignor(group)
+            described.target_computed_by = group.target.computed_by
+            for name in sorted(group.connectors):
+                described.connectors.add(name=name, task_count=group.connectors[name])
+            for mid, m in group.members.items():
+                dm = described.members.add(
+                    member_id=mid,
+                    instance_id=m.meta.instance_id or "",
+                    url=m.meta.url,
+                    client_id=m.meta.client_id,
+                    member_epoch=m.member_epoch,
+                    member_state=m.current.state,
+                )
+                m.owned.to_proto(dm.assignment)
+                group.target_of(mid).to_proto(dm.target_assignment)
+                group.pending_of(m).to_proto(dm.pending)
+                explain.describe_member(dm, group, m, self.timer)
+            explain.describe_group(described, group, self.timer)
+        return response
+
+    def describe_configs(self, req: admin_pb2.DescribeConfigsRequest) -> admin_pb2.DescribeConfigsResponse:
+        error = self._group_id_error(req.group_id)
+        if error is not None:
+            return admin_pb2.DescribeConfigsResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=error)
+        group = self.state.groups.get(req.group_id)
+        if group is None:
+            return admin_pb2.DescribeConfigsResponse(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"group '{req.group_id}' does not exist"
+            )
+        response = admin_pb2.DescribeConfigsResponse()
+        for name, value in sorted(self.group_configs(group).items()):
+            response.configs.add(name=name, value=value, source="group" if name in group.configs else "default")
+        return response
+
+    def _safe_assignor(self, group: Group) -> str:
+        try:
+            return self._selected_assignor(group)
+        except AssignorSelectionError:
+            return ""
+
+    # ---- timers ---------------------------------------------------------------------------------
+
+    def _on_retention_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        """An empty group (no members, no connectors) is deleted after group.connect.empty.retention."""
+        if group.members or group.connectors:
+            return False
+        self._delete_group(sink, group)
+        return True

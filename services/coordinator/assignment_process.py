@@ -1,0 +1,324 @@
+"""The assignment process (Kafka's TargetAssignmentBuilder role): when a new target is needed, which
+assignor and executor compute it, the computation in flight, its deadline and retries, and the
+validation and installation of its result (client-side Prepare/Install, or the assignor service)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator import validation
+from services.coordinator.assignment import (
+    SERVICE_EXECUTOR,
+    AssignorSelectionError,
+    InvalidAssignment,
+    build_snapshot,
+    executor_candidates,
+    select_assignor,
+    target_items,
+    validate_result,
+)
+from services.coordinator.config import (
+    MODE_SERVICE,
+)
+from services.coordinator.errors import ApiError, invalid
+from services.coordinator.explain import SERVICE_LABEL
+from services.coordinator.handler import CoreBase, Result, ServiceAssignment, Sink
+from services.coordinator.records import (
+    EventType,
+    GroupMetadata,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+)
+from services.coordinator.state import (
+    Group,
+    InFlightAssignment,
+)
+from services.coordinator.timers import TimerKey, TimerKind
+
+
+class AssignmentProcess(CoreBase):
+    """Group epochs, the assignment in flight, Prepare / Install and the assignor service's answers."""
+
+    def _bump(self, sink: Sink, group: Group, reason: str, member_id: str = "", **details: Any) -> None:
+        sink.emit(GroupMetadata(group.group_id, replace(group.meta, epoch=group.epoch + 1)))
+        sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
+
+    def _selected_assignor(self, group: Group) -> str:
+        return select_assignor([m.meta.assignors for m in group.members.values()])
+
+    def _maybe_start_assignment(self, sink: Sink, group: Group, now: int) -> None:
+        if group.process.in_flight is not None or not group.members or group.epoch <= group.assignment_epoch:
+            return
+        key = TimerKey(TimerKind.ASSIGNMENT, group.group_id)
+        if self.timer.deadline(key) is not None:
+            return  # backing off after a failure
+        try:
+            name = self._selected_assignor(group)
+        except AssignorSelectionError:
+            return
+        if self.assignment_mode(group) == MODE_SERVICE:
+            inflight = InFlightAssignment(SERVICE_EXECUTOR, now, now + self.config.assignor_timeout_ms)
+            request = self._prepare(group, inflight, name, now)
+            sink.effects.append(ServiceAssignment(group.group_id, group.epoch, request))
+        else:
+            candidates = executor_candidates(group.members, name)
+            if not candidates:
+                # Said once per epoch: the group stays Assigning until a member able to compute joins.
+                if group.process.unassignable_epoch != group.epoch:
+                    group.process.unassignable_epoch = group.epoch
+                    group.process.last_error = ("", f"no worker supports every version of '{name}' in use", now)
+                    sink.event(
+                        group,
+                        EventType.ASSIGNMENT_FAILED,
+                        reason=f"no worker supports every version of '{name}' in use",
+                    )
+                return
+            # Prefer the previous executor (sticky, like Connect's leader); skip ones that just failed.
+            usable = [c for c in candidates if c not in group.process.failed_executors] or candidates
+            executor = group.process.last_executor if group.process.last_executor in usable else usable[0]
+            timeout = group.members[executor].meta.rebalance_timeout_ms
+            inflight = InFlightAssignment(executor, now, now + timeout)
+        group.process.in_flight = inflight
+        self.timer.schedule(key, inflight.deadline_ms)
+        sink.event(
+            group,
+            EventType.ASSIGNMENT_REQUESTED,
+            inflight.executor,
+            executor=inflight.executor or "service",
+            assignor=name,
+        )
+
+    def _prepare(self, group: Group, inflight: InFlightAssignment, name: str, now: int) -> assignor_pb2.AssignRequest:
+        request = build_snapshot(group, name, now, self.group_configs(group))
+        inflight.group_epoch = group.epoch
+        inflight.assignor_name = name
+        inflight.snapshot_members = {mid: m.meta.instance_id for mid, m in group.members.items()}
+        inflight.snapshot_connectors = dict(group.connectors)
+        return request
+
+    def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
+        """Give up on the assignment in flight. A worker that timed out is replaced at once; after an
+        assignor error or an invalid result, wait (exponential backoff) before asking again."""
+        inflight = group.process.in_flight
+        if inflight is None:
+            return
+        group.process.in_flight = None
+        group.process.failures += 1
+        if inflight.executor:
+            group.process.failed_executors.add(inflight.executor)
+        key = TimerKey(TimerKind.ASSIGNMENT, group.group_id)
+        self.timer.cancel(key)
+        sink.event(
+            group, EventType.ASSIGNMENT_FAILED, inflight.executor, executor=inflight.executor or "service", reason=why
+        )
+        group.process.last_error = (inflight.executor or SERVICE_LABEL, why, now)
+        if backoff:
+            delay = min(
+                self.config.assignment_retry_backoff_ms * 2 ** min(group.process.failures - 1, 16),
+                self.config.assignment_retry_backoff_max_ms,
+            )
+            self.timer.schedule(key, now + delay)
+
+    def _chosen_member(self, group_id: str, member_id: str, member_epoch: int) -> tuple[Group, InFlightAssignment]:
+        group = self.state.groups.get(group_id)
+        if group is None:
+            raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{group_id}' does not exist")
+        member = group.members.get(member_id)
+        if member is None:
+            raise ApiError(ErrorCode.UNKNOWN_MEMBER_ID, f"member '{member_id}' is not a member of group '{group_id}'")
+        if member_epoch != member.member_epoch:
+            raise ApiError(
+                ErrorCode.STALE_MEMBER_EPOCH,
+                f"member_epoch {member_epoch} is not the member's epoch {member.member_epoch}; retry after the next heartbeat",
+            )
+        inflight = group.process.in_flight
+        if inflight is None or inflight.executor != member_id:
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"member '{member_id}' is not the member chosen to compute the assignment"
+            )
+        return group, inflight
+
+    def prepare_assignment(self, req: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_member_request(req.group_id, req.member_id, req.member_epoch, self.config)
+            group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
+            name = self._selected_assignor(group)
+            snapshot = self._prepare(group, inflight, name, now_ms)
+            response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
+                group_epoch=snapshot.group_epoch,
+                assignor_name=snapshot.assignor_name,
+                members=snapshot.members,
+                connectors=snapshot.connectors,
+                current_target=snapshot.current_target,
+                assignor_state=snapshot.assignor_state,
+                now_ms=snapshot.now_ms,
+                group_configs=snapshot.group_configs,
+            )
+        except ApiError as e:
+            response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def install_assignment(self, req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_install(req, self.config)
+            group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
+            if not inflight.prepared:
+                raise invalid("no assignment input was prepared: call ConnectGroupPrepareAssignment first")
+            if req.group_epoch != inflight.group_epoch:
+                raise ApiError(
+                    ErrorCode.INVALID_ASSIGNMENT,
+                    f"group_epoch {req.group_epoch} is not the epoch of the prepared input ({inflight.group_epoch})",
+                )
+            self._install(
+                sink, group, inflight, req.error, req.members, bytes(req.assignor_state), req.rebalance_delay_ms, now_ms
+            )
+            response = coordinator_pb2.ConnectGroupInstallAssignmentResponse()
+        except ApiError as e:
+            response = coordinator_pb2.ConnectGroupInstallAssignmentResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def complete_service_assignment(
+        self, group_id: str, group_epoch: int, response: assignor_pb2.AssignResponse, now_ms: int, service: str = ""
+    ) -> Result:
+        """Install the assignor service's answer; `service` (its address) is stored with the target."""
+        sink = Sink(self.state, now_ms)
+        group = self.state.groups.get(group_id)
+        inflight = group.process.in_flight if group is not None else None
+        if (
+            group is None
+            or inflight is None
+            or inflight.executor != SERVICE_EXECUTOR
+            or inflight.group_epoch != group_epoch
+        ):
+            return Result([], ErrorCode.NONE)  # superseded (member left, mode changed, restart): ignore
+        try:
+            self._install(
+                sink,
+                group,
+                inflight,
+                response.error,
+                response.members,
+                bytes(response.assignor_state),
+                response.rebalance_delay_ms,
+                now_ms,
+                error_message=response.error_message,
+                computed_by=service,
+            )
+            return sink.result(ErrorCode.NONE)
+        except ApiError as e:
+            return sink.result(e.code)
+
+    def fail_service_assignment(self, group_id: str, group_epoch: int, why: str, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        group = self.state.groups.get(group_id)
+        if (
+            group is not None
+            and group.process.in_flight is not None
+            and group.process.in_flight.group_epoch == group_epoch
+        ):
+            self._abandon_assignment(sink, group, now_ms, why, backoff=True)
+        return sink.result()
+
+    def _install(
+        self,
+        sink: Sink,
+        group: Group,
+        inflight: InFlightAssignment,
+        error: int,
+        members: Iterable[common_pb2.MemberTarget],
+        assignor_state: bytes,
+        rebalance_delay_ms: int,
+        now: int,
+        error_message: str = "",
+        computed_by: str = "",
+    ) -> None:
+        gid = group.group_id
+        if error != 0:
+            # An assignor error keeps the current target (seed 001); ask again after a backoff.
+            self._abandon_assignment(
+                sink, group, now, f"assignor error {error}: {error_message}".strip(": "), backoff=True
+            )
+            return
+        try:
+            by_member = validate_result(
+                members, inflight.snapshot_members, inflight.snapshot_connectors, rebalance_delay_ms
+            )
+        except InvalidAssignment as e:
+            self._abandon_assignment(sink, group, now, f"invalid assignment: {e}", backoff=True)
+            raise ApiError(ErrorCode.INVALID_ASSIGNMENT, str(e)) from None
+
+        new_target: dict[str, TargetMemberValue] = {}
+        for mid, mt in by_member.items():
+            if mid not in group.members:
+                # A static member replaced since the snapshot: its new incarnation takes the target.
+                iid = inflight.snapshot_members.get(mid)
+                mid = group.static_members.get(iid, mid) if iid else mid
+            new_target[mid] = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
+        moved = 0
+        old_owner = {key: mid for mid, tv in group.target_members.items() for key in tv.items.item_keys()}
+        for mid, tv in new_target.items():
+            moved += sum(1 for key in tv.items.item_keys() if old_owner.get(key) not in (None, mid))
+            if group.target_members.get(mid) != tv:
+                sink.emit(TargetMember(gid, mid, tv))
+        for mid in [m for m in group.target_members if m not in new_target]:
+            sink.emit(TargetMember(gid, mid, None))
+        scheduled = now + rebalance_delay_ms if rebalance_delay_ms > 0 else 0
+        sink.emit(
+            TargetMetadata(
+                gid,
+                replace(
+                    group.target,
+                    assignment_epoch=inflight.group_epoch,
+                    error=0,
+                    assignor_name=inflight.assignor_name,
+                    assignor_state=assignor_state,
+                    scheduled_rebalance_ms=scheduled,
+                    computed_by=computed_by or (f"worker:{inflight.executor}" if inflight.executor else "service"),
+                ),
+            )
+        )
+        if scheduled:
+            self.timer.schedule(TimerKey(TimerKind.SCHEDULED, gid), scheduled)
+        else:
+            self.timer.cancel(TimerKey(TimerKind.SCHEDULED, gid))
+        group.process.in_flight = None
+        group.process.failures = 0
+        group.process.failed_executors.clear()
+        group.process.last_executor = inflight.executor
+        self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
+        service: dict[str, Any] = {"service": computed_by} if computed_by else {}
+        sink.event(
+            group,
+            EventType.ASSIGNMENT_INSTALLED,
+            inflight.executor,
+            executor=inflight.executor or "service",
+            assignor=inflight.assignor_name,
+            moved_items=moved,
+            rebalance_delay_ms=rebalance_delay_ms,
+            latency_ms=now - inflight.started_ms,
+            **service,
+        )
+        self._after_change(sink, group, now)
+
+    # ---- timers ---------------------------------------------------------------------------------
+
+    def _on_assignment_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        """The executor did not install in time -- or the backoff after a failure is over."""
+        if group.process.in_flight is not None:
+            self._abandon_assignment(sink, group, now, "executor did not install in time")
+        return False
+
+    def _on_scheduled_rebalance(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        due = group.target.scheduled_rebalance_ms
+        if due and due <= now:
+            sink.emit(TargetMetadata(group.group_id, replace(group.target, scheduled_rebalance_ms=0)))
+            if group.members:
+                self._bump(sink, group, "scheduled_rebalance")
+        return False

@@ -1,0 +1,147 @@
+"""What every part of the coordinator's core shares: a handler's result, its effects, the record
+sink, and `CoreBase` -- the state, the timers and the configuration the parts work on.
+
+A handler takes the state, a request and the time and returns a `Result`: the records to write, the
+response, and the effects the runtime must carry out once the records are durable. Records are
+applied to memory as they are emitted (`Sink.emit`, through `CoordinatorState.replay` -- the
+function recovery uses), so later steps of the same handler and later requests see them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from connect.coordinator.v1 import assignor_pb2
+from services.coordinator.config import (
+    ASSIGNMENT_MODE,
+    HEARTBEAT_INTERVAL,
+    SESSION_TIMEOUT,
+    ServerConfig,
+    effective_group_configs,
+)
+from services.coordinator.records import EventType, RebalanceEvent, Record
+from services.coordinator.state import CoordinatorState, Group, Member
+from services.coordinator.timers import Timer
+
+GROUP_TYPE = "connect"
+
+
+@dataclass
+class ServiceAssignment:
+    """An assignment the runtime must compute with the assignor service, then report back."""
+
+    group_id: str
+    group_epoch: int
+    request: assignor_pb2.AssignRequest
+
+
+# What a handler asks the runtime to do once its records are durable (and never if they are lost).
+Effect = ServiceAssignment
+
+
+@dataclass
+class Result:
+    records: list[Record]
+    response: Any = None
+    effects: list[Effect] = field(default_factory=list)
+
+
+class Sink:
+    """Collects a handler's records and effects; applies each record to memory at once (same replay as recovery)."""
+
+    def __init__(self, state: CoordinatorState, now_ms: int) -> None:
+        self.state = state
+        self.now_ms = now_ms
+        self.records: list[Record] = []
+        self.effects: list[Effect] = []
+        # Groups this handler changed or logged something for (group_stable is only checked for them).
+        self.touched: set[str] = set()
+
+    def emit(self, record: Record) -> None:
+        self.state.replay(record)
+        self.records.append(record)
+        self.touched.add(record.group_id)
+
+    def event(self, group: Group, event: EventType, member_id: str = "", member_epoch: int = 0, **details: Any) -> None:
+        self.touched.add(group.group_id)
+        self.records.append(
+            RebalanceEvent(
+                group_id=group.group_id,
+                time_ms=self.now_ms,
+                event=event,
+                member_id=member_id,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                member_epoch=member_epoch,
+                details=details,
+            )
+        )
+
+    def result(self, response: Any = None) -> Result:
+        return Result(self.records, response, self.effects)
+
+
+@dataclass
+class CoreBase:
+    """The state and configuration every part of the core works on, and the steps the parts call
+    across each other (implemented in membership.py, assignment_process.py, admin.py, core.py)."""
+
+    config: ServerConfig = field(default_factory=ServerConfig)
+    # Assignors of the assignor service (name -> version range); None: no service, client-side mode only.
+    service_assignors: dict[str, tuple[int, int]] | None = None
+    new_member_id: Callable[[], str] = field(default_factory=lambda: lambda: str(uuid.uuid4()))
+    state: CoordinatorState = field(default_factory=CoordinatorState, init=False)
+    # Volatile deadlines (sessions, revocations, ...), re-armed by `load` after a restart.
+    timer: Timer = field(default_factory=Timer, init=False)
+
+    # ---- configuration -----------------------------------------------------------------------
+
+    def set_service_assignors(self, assignors: dict[str, tuple[int, int]]) -> None:
+        """The assignor services' current names (the shell rediscovers them); checked at the next join."""
+        self.service_assignors = dict(assignors)
+
+    def group_configs(self, group: Group) -> dict[str, str]:
+        return effective_group_configs(self.config, group.configs, self.service_assignors is not None)
+
+    def _int_config(self, group: Group, name: str, default: int) -> int:
+        value = group.configs.get(name)
+        return int(value) if value is not None else default
+
+    def session_timeout_ms(self, group: Group) -> int:
+        return self._int_config(group, SESSION_TIMEOUT, self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group: Group) -> int:
+        return self._int_config(group, HEARTBEAT_INTERVAL, self.config.heartbeat_interval_ms)
+
+    def assignment_mode(self, group: Group | None) -> str:
+        """The group's assignment.mode; for a group not created yet, the server default."""
+        overrides = group.configs if group is not None else {}
+        return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
+
+    # ---- steps one part calls in another ----------------------------------------------------------
+
+    def _after_change(self, sink: Sink, group: Group, now: int) -> None:
+        raise NotImplementedError
+
+    def _bump(self, sink: Sink, group: Group, reason: str, member_id: str = "", **details: Any) -> None:
+        raise NotImplementedError
+
+    def _selected_assignor(self, group: Group) -> str:
+        raise NotImplementedError
+
+    def _maybe_start_assignment(self, sink: Sink, group: Group, now: int) -> None:
+        raise NotImplementedError
+
+    def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
+        raise NotImplementedError
+
+    def _remove_member(
+        self, sink: Sink, group: Group, member: Member, now: int, reason: EventType, hold: bool, **details: Any
+    ) -> None:
+        raise NotImplementedError
+
+    def _delete_group(self, sink: Sink, group: Group) -> None:
+        raise NotImplementedError

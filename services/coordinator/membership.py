@@ -1,0 +1,501 @@
+"""Membership and sessions: joins (static members included), heartbeats, leaves, fencing, expiry,
+removal -- and the reconciliation step run on each heartbeat (reconciliation.py decides it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from connect.coordinator.v1 import common_pb2, coordinator_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import EMPTY, Items
+from services.coordinator import validation
+from services.coordinator.assignment import (
+    AssignorSelectionError,
+    select_assignor,
+)
+from services.coordinator.config import (
+    MAX_SIZE,
+    MODE_SERVICE,
+)
+from services.coordinator.errors import ApiError, invalid
+from services.coordinator.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.reconciliation import next_assignment
+from services.coordinator.records import (
+    AssignorSpec,
+    CurrentAssignment,
+    EventType,
+    GroupMetadata,
+    GroupMetadataValue,
+    HeldAssignment,
+    MemberMetadata,
+    MemberMetadataValue,
+    MemberState,
+    TargetMember,
+)
+from services.coordinator.state import (
+    NO_ASSIGNMENT,
+    STATIC_LEAVE_EPOCH,
+    Group,
+    Member,
+)
+from services.coordinator.timers import TimerKey, TimerKind
+
+
+def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec, ...]:
+    return tuple(AssignorSpec.from_proto(a) for a in msg.assignors)
+
+
+class Membership(CoreBase):
+    """ConnectGroupHeartbeat and the life of a member in its group."""
+
+    def heartbeat(self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now_ms: int) -> Result:
+        sink = Sink(self.state, now_ms)
+        try:
+            validation.check_heartbeat(req, self.config)
+            handler = self._leave if req.member_epoch < 0 else self._heartbeat
+            response = handler(sink, req, now_ms)
+        except ApiError as e:
+            response = coordinator_pb2.ConnectGroupHeartbeatResponse(error_code=e.code, error_message=e.message)
+        return sink.result(response)
+
+    def _heartbeat(
+        self, sink: Sink, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        gid = req.group_id
+        group = self.state.groups.get(gid)
+        joining = req.member_epoch == 0
+        owned = Items.from_proto(req.owned) if req.HasField("owned") else None
+        member = group.members.get(req.member_id) if group is not None and req.member_id else None
+        instance_id = req.instance_id if req.HasField("instance_id") else None
+
+        replacing: Member | None = None
+        if group is not None and instance_id is not None:
+            holder_id = group.static_members.get(instance_id)
+            if holder_id is not None and holder_id != req.member_id:
+                holder = group.members[holder_id]
+                if not joining:
+                    raise ApiError(
+                        ErrorCode.FENCED_INSTANCE_ID, f"instance_id '{instance_id}' now belongs to member '{holder_id}'"
+                    )
+                if holder.member_epoch != STATIC_LEAVE_EPOCH:
+                    raise ApiError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"instance_id '{instance_id}' is still used by member '{holder_id}'; "
+                        "it must leave (member_epoch -2) or its session expire first (in at most "
+                        f"{max(0, holder.session_deadline_ms - now + 999) // 1000} s)",
+                    )
+                replacing = holder
+            elif holder_id is not None and joining and group.members[holder_id].member_epoch == STATIC_LEAVE_EPOCH:
+                # The instance comes back under the same member id: it takes its place back all the same.
+                replacing, member = group.members[holder_id], None
+
+        if member is not None:
+            self._check_sequence(member, req)
+        lost_response = False
+        new_member = member is None
+        if member is None:
+            if not joining:
+                raise ApiError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"member '{req.member_id}' is not a member of group '{gid}'; rejoin with member_epoch 0",
+                )
+            validation.check_join(req)
+            member = self._join(sink, group, req, instance_id, replacing, now)
+            group = self.state.groups[gid]
+        else:
+            assert group is not None
+            if req.member_epoch != member.member_epoch:
+                if (
+                    req.member_epoch < member.member_epoch
+                    and req.member_epoch == member.current.previous_member_epoch
+                    and owned is not None
+                    and owned.issubset(member.current.assigned)
+                ):
+                    # Seed 001 step 3: the response that moved the member to its epoch was lost.
+                    lost_response = True
+                else:
+                    return self._fence(sink, group, member, req.member_epoch, now)
+            self._update_member(sink, group, member, req, now)
+            member = group.members[member.member_id]
+
+        mid = member.member_id
+        if req.HasField("request_sequence"):
+            member.last_request_sequence = req.request_sequence
+        # Never earlier than a deadline already set: the member may not have heard yet of a lowered
+        # session timeout, and its SDK stops its work only by the session it was last told.
+        member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
+        self.timer.schedule(TimerKey(TimerKind.SESSION, gid, mid), member.session_deadline_ms)
+        member.last_heartbeat_ms = now
+
+        before = member.current
+        # A lost-response request is answered with the member's current assignment and changes
+        # nothing else: it was sent before the member learned its current epoch (so before any
+        # revocation at that epoch reached it: its `owned` cannot acknowledge one), and it may be a
+        # duplicate or a replay whose answer the member never sees -- an assignment changed by it
+        # would never be sent again.
+        if not lost_response:
+            self._reconcile(sink, group, member, owned, now)
+        self._after_change(sink, group, now)
+
+        inflight = group.process.in_flight
+        compute = inflight is not None and inflight.executor == mid and not inflight.prepared
+        member = group.members[mid]
+        resp = coordinator_pb2.ConnectGroupHeartbeatResponse(
+            error_code=ErrorCode.COMPUTE_ASSIGNMENT if compute else ErrorCode.NONE,
+            error_message="compute the group's target assignment (ConnectGroupPrepareAssignment, then ConnectGroupInstallAssignment)"
+            if compute
+            else "",
+            member_id=mid,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms(group),
+            session_timeout_ms=self.session_timeout_ms(group),
+        )
+        full_request = new_member or (
+            req.HasField("rebalance_timeout_ms") and req.HasField("client_assignors") and req.HasField("owned")
+        )
+        if full_request or lost_response or member.current is not before:
+            cur = member.current
+            a = resp.assignment
+            a.error, a.version, a.metadata = cur.error, cur.version, cur.metadata
+            cur.assigned.to_proto(a.assigned)
+            group.pending_of(member).to_proto(a.pending)
+        return resp
+
+    def _join(
+        self,
+        sink: Sink,
+        group: Group | None,
+        req: coordinator_pb2.ConnectGroupHeartbeatRequest,
+        instance_id: str | None,
+        replacing: Member | None,
+        now: int,
+    ) -> Member:
+        meta = MemberMetadataValue(
+            instance_id=instance_id,
+            url=req.url if req.HasField("url") else "",
+            client_id=req.client_id if req.HasField("client_id") else "",
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            assignors=_assignors_from_proto(req.client_assignors),
+            joined_ms=now,
+        )
+        others = [m for m in group.members.values() if m is not replacing] if group is not None else []
+        if group is not None and replacing is None:
+            max_size = self._int_config(group, MAX_SIZE, self.config.max_size)
+            if len(group.members) >= max_size:
+                raise ApiError(
+                    ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    f"group '{group.group_id}' has reached its max.size of {max_size} members",
+                )
+            if len(group.members) >= self.config.max_members_per_group:
+                raise ApiError(
+                    ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    f"group '{group.group_id}' has {len(group.members)} members: "
+                    f"group.connect.max.members.per.group is {self.config.max_members_per_group}",
+                )
+        self._check_assignors(group, [m.meta.assignors for m in others] + [meta.assignors], meta.assignors)
+        mid = req.member_id or self.new_member_id()
+
+        if group is None:
+            sink.emit(GroupMetadata(req.group_id, GroupMetadataValue(epoch=0, group_type=GROUP_TYPE, created_ms=now)))
+            group = self.state.groups[req.group_id]
+            sink.event(group, EventType.GROUP_CREATED)
+
+        if replacing is not None:
+            # A static member coming back: it takes the old member's place, epoch and assignment,
+            # with no rebalance. The old incarnation stopped its work before leaving (-2).
+            old = replacing
+            old_target = group.target_members.get(old.member_id)
+            epoch = old.current.previous_member_epoch
+            # Still waiting for items of its target (at that target's epoch): not Stable, or the
+            # reconciliation fast path would never hand them over.
+            waiting = (
+                epoch == group.assignment_epoch
+                and old_target is not None
+                and bool(old_target.items - old.current.assigned)
+            )
+            carried = replace(
+                old.current,
+                member_epoch=epoch,
+                previous_member_epoch=-1,
+                state=MemberState.UNRELEASED_ITEMS if waiting else MemberState.STABLE,
+                revoking=EMPTY,
+                request_sequence=-1,  # a new incarnation numbers its requests afresh
+            )
+            self._drop_member(sink, group, old)
+            sink.emit(MemberMetadata(group.group_id, mid, meta))
+            sink.emit(CurrentAssignment(group.group_id, mid, carried))
+            if old_target is not None:
+                sink.emit(TargetMember(group.group_id, old.member_id, None))
+                sink.emit(TargetMember(group.group_id, mid, old_target))
+            sink.event(
+                group,
+                EventType.MEMBER_REPLACED,
+                mid,
+                carried.member_epoch,
+                replaced=old.member_id,
+                instance_id=instance_id,
+                **carried.assigned.names(),
+            )
+            if self._assignment_input(old.meta) != self._assignment_input(meta):
+                self._bump(sink, group, "member_metadata_changed", mid)
+        else:
+            sink.emit(MemberMetadata(group.group_id, mid, meta))
+            sink.emit(CurrentAssignment(group.group_id, mid, NO_ASSIGNMENT))
+            sink.event(group, EventType.MEMBER_JOINED, mid, 0, instance_id=instance_id, url=meta.url)
+            self._bump(sink, group, "member_joined", mid)
+        return group.members[mid]
+
+    @staticmethod
+    def _check_sequence(member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:
+        """A request not newer than the last one processed from this member is a stale copy (delayed
+        or duplicated by the network): it must change nothing -- not even fence the member."""
+        if not req.HasField("request_sequence") or req.request_sequence > member.last_request_sequence:
+            return
+        code = (
+            ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+            if req.request_sequence == member.last_request_sequence
+            else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        raise ApiError(
+            code,
+            f"request_sequence {req.request_sequence} is not after {member.last_request_sequence}, the last processed "
+            "from this member: this copy is ignored; send a full request if its answer is what you waited for",
+        )
+
+    def _update_member(
+        self, sink: Sink, group: Group, member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
+    ) -> None:
+        meta = member.meta
+        new = meta
+        if req.HasField("url") and req.url != meta.url:
+            new = replace(new, url=req.url)
+        if req.HasField("client_id") and req.client_id != meta.client_id:
+            new = replace(new, client_id=req.client_id)
+        if req.HasField("rebalance_timeout_ms") and req.rebalance_timeout_ms != meta.rebalance_timeout_ms:
+            new = replace(new, rebalance_timeout_ms=req.rebalance_timeout_ms)
+        if req.HasField("client_assignors"):
+            assignors = _assignors_from_proto(req.client_assignors)
+            if assignors != meta.assignors:
+                others = [m.meta.assignors for m in group.members.values() if m is not member]
+                self._check_assignors(group, [*others, assignors], assignors)
+                new = replace(new, assignors=assignors)
+        if new is meta:
+            return
+        sink.emit(MemberMetadata(group.group_id, member.member_id, new))
+        if self._assignment_input(meta) != self._assignment_input(new):
+            # A changed assignor reason or metadata is how a worker asks for a rebalance (seed 001).
+            self._bump(sink, group, "member_metadata_changed", member.member_id)
+
+    @staticmethod
+    def _assignment_input(meta: MemberMetadataValue) -> tuple[Any, ...]:
+        return (meta.url, meta.assignors)
+
+    def _check_assignors(
+        self, group: Group | None, all_assignors: list[tuple[AssignorSpec, ...]], own: tuple[AssignorSpec, ...]
+    ) -> None:
+        try:
+            name = select_assignor(all_assignors)
+        except AssignorSelectionError as e:
+            raise ApiError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"client_assignors: {e}") from None
+        specs = [next(a for a in lst if a.name == name) for lst in all_assignors]
+        low, high = min(a.minimum_version for a in specs), max(a.maximum_version for a in specs)
+        mode = self.assignment_mode(group)
+        if mode == MODE_SERVICE:
+            assert self.service_assignors is not None
+            supported = self.service_assignors.get(name)
+            if supported is None:
+                served = ", ".join(self.service_assignors) or "none yet"
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_ASSIGNOR,
+                    f"client_assignors: the assignor service does not provide '{name}' (served: {served})",
+                )
+            if not (supported[0] <= low and high <= supported[1]):
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_ASSIGNOR,
+                    f"client_assignors: the assignor service supports '{name}' versions {supported[0]}-{supported[1]}, "
+                    f"the members use {low}-{high}",
+                )
+        elif not any(
+            a.name == name and a.minimum_version <= low and a.maximum_version >= high
+            for a in (x for lst in all_assignors for x in lst)
+        ):
+            raise ApiError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR,
+                f"client_assignors: no worker supports every version of '{name}' in use ({low}-{high}), so none can compute the assignment",
+            )
+
+    def _reconcile(self, sink: Sink, group: Group, member: Member, owned: Items | None, now: int) -> None:
+        mid = member.member_id
+        before = member.current
+        if before.state == MemberState.STABLE and before.member_epoch == group.assignment_epoch:
+            return  # the steady-state fast path: nothing to reconcile
+        after = next_assignment(
+            before,
+            group.assignment_epoch,
+            group.target_members.get(mid),
+            lambda key: group.is_free_for(mid, key),
+            owned,
+        )
+        if after is before:
+            return
+        if after.request_sequence != member.last_request_sequence:
+            after = replace(after, request_sequence=member.last_request_sequence)
+        sink.emit(CurrentAssignment(group.group_id, mid, after))
+        key = TimerKey(TimerKind.REVOCATION, group.group_id, mid)
+        if before.state == MemberState.UNREVOKED_ITEMS and after.state != MemberState.UNREVOKED_ITEMS:
+            sink.event(
+                group,
+                EventType.REVOCATION_ACKNOWLEDGED,
+                mid,
+                after.member_epoch,
+                items=len(before.revoking),
+                **before.revoking.names(),
+            )
+            self.timer.cancel(key)
+        if after.state == MemberState.UNREVOKED_ITEMS and after.revoking != before.revoking:
+            sink.event(
+                group,
+                EventType.REVOCATION_REQUESTED,
+                mid,
+                after.member_epoch,
+                items=len(after.revoking),
+                **after.revoking.names(),
+            )
+            self.timer.schedule(key, now + member.meta.rebalance_timeout_ms)
+            member.revoking_since_ms = now
+        if after.member_epoch != before.member_epoch:
+            sink.event(group, EventType.MEMBER_EPOCH_ADVANCED, mid, after.member_epoch, previous=before.member_epoch)
+        gained = after.assigned - before.assigned
+        if gained:
+            sink.event(group, EventType.ITEMS_ASSIGNED, mid, after.member_epoch, items=len(gained), **gained.names())
+
+    def _leave(
+        self, sink: Sink, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        group = self.state.groups.get(req.group_id)
+        member = group.members.get(req.member_id) if group is not None else None
+        if group is None or member is None:
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"member '{req.member_id}' is not a member of group '{req.group_id}'"
+            )
+        self._check_sequence(member, req)
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            if not member.meta.instance_id:
+                raise invalid(
+                    "member_epoch -2 (temporary leave) is only valid for a static member (one with an instance_id)"
+                )
+            # Keep its assignment for the instance to come back to; the session timer keeps running.
+            cur = member.current
+            if cur.member_epoch != STATIC_LEAVE_EPOCH:
+                sink.emit(
+                    CurrentAssignment(
+                        group.group_id,
+                        member.member_id,
+                        replace(
+                            cur,
+                            member_epoch=STATIC_LEAVE_EPOCH,
+                            previous_member_epoch=cur.member_epoch,
+                            state=MemberState.STABLE,
+                            revoking=EMPTY,
+                        ),
+                    )
+                )
+                self.timer.cancel(TimerKey(TimerKind.REVOCATION, group.group_id, member.member_id))
+                sink.event(
+                    group,
+                    EventType.MEMBER_LEFT,
+                    member.member_id,
+                    cur.member_epoch,
+                    temporary=True,
+                    **cur.assigned.names(),
+                )
+            if group.process.in_flight is not None and group.process.in_flight.executor == member.member_id:
+                self._abandon_assignment(sink, group, now, "executor left")
+        else:
+            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_LEFT, hold=False)
+        self._after_change(sink, group, now)
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
+
+    def _fence(
+        self, sink: Sink, group: Group, member: Member, request_epoch: int, now: int
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        expected = member.member_epoch
+        self._remove_member(
+            sink, group, member, now, reason=EventType.MEMBER_FENCED, hold=True, request_epoch=request_epoch
+        )
+        self._after_change(sink, group, now)
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+            error_code=ErrorCode.FENCED_MEMBER_EPOCH,
+            error_message=f"member_epoch {request_epoch} does not match the member's epoch {expected}; "
+            "the member was removed: abandon all work and rejoin with member_epoch 0",
+        )
+
+    def _drop_member(self, sink: Sink, group: Group, member: Member) -> None:
+        gid, mid = group.group_id, member.member_id
+        sink.emit(CurrentAssignment(gid, mid, None))
+        sink.emit(MemberMetadata(gid, mid, None))
+        self.timer.cancel(TimerKey(TimerKind.SESSION, gid, mid))
+        self.timer.cancel(TimerKey(TimerKind.REVOCATION, gid, mid))
+
+    def _remove_member(
+        self, sink: Sink, group: Group, member: Member, now: int, reason: EventType, hold: bool, **details: Any
+    ) -> None:
+        """Remove a member (its target entry stays until the next target, so the assignor sees lost work).
+
+        With `hold`, the member may still be running its work (it was fenced, not confirmed dead): its
+        items stay blocked until its session would have expired -- the worker SDK stops by then."""
+        gid, mid = group.group_id, member.member_id
+        owned = member.owned
+        release_at = member.session_deadline_ms
+        self._drop_member(sink, group, member)
+        if hold and owned and release_at > now:
+            held = group.held.get(mid, EMPTY) | owned
+            sink.emit(HeldAssignment(gid, mid, held))
+            key = TimerKey(TimerKind.HELD, gid, mid)
+            self.timer.schedule(key, max(release_at, self.timer.deadline(key) or 0))
+        sink.event(
+            group,
+            reason,
+            mid,
+            member.member_epoch,
+            items=len(owned),
+            held=bool(hold and owned and release_at > now),
+            last_heartbeat_ms=member.last_heartbeat_ms or None,
+            **owned.names(),
+            **details,
+        )
+        if group.process.in_flight is not None and group.process.in_flight.executor == mid:
+            group.process.in_flight = None
+            self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
+        self._bump(sink, group, reason, mid)
+
+    # ---- timers ---------------------------------------------------------------------------------
+
+    def _on_session_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        member = group.members.get(key.member_id)
+        if member is not None and member.session_deadline_ms <= now:
+            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_EXPIRED, hold=False)
+        return False
+
+    def _on_revocation_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        member = group.members.get(key.member_id)
+        if member is not None and member.current.state == MemberState.UNREVOKED_ITEMS:
+            self._remove_member(
+                sink, group, member, now, reason=EventType.MEMBER_FENCED, hold=True, cause="rebalance_timeout"
+            )
+        return False
+
+    def _on_held_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        items = group.held.get(key.member_id)
+        if items is not None:
+            sink.emit(HeldAssignment(group.group_id, key.member_id, None))
+            sink.event(
+                group,
+                EventType.ITEMS_RELEASED,
+                key.member_id,
+                items=len(items),
+                cause="fenced_session_elapsed",
+                **items.names(),
+            )
+        return False
