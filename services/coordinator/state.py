@@ -8,6 +8,7 @@ on every single state change, in tests, simulations and production alike.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,20 @@ from services.coordinator.records import (
 
 ItemKey = str | TaskId
 
-EMPTY_GROUP = "Empty"
-ASSIGNING = "Assigning"
-RECONCILING = "Reconciling"
-STABLE = "Stable"
-GROUP_STATES = (EMPTY_GROUP, ASSIGNING, RECONCILING, STABLE)
+class GroupState(enum.StrEnum):
+    """A group's state, derived from its epochs and its members' states (DescribeGroups shows it)."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+EMPTY_GROUP = GroupState.EMPTY
+ASSIGNING = GroupState.ASSIGNING
+RECONCILING = GroupState.RECONCILING
+STABLE = GroupState.STABLE
+GROUP_STATES = tuple(GroupState)
 
 # A static member that announced a temporary leave (member epoch -2).
 STATIC_LEAVE_EPOCH = -2
@@ -164,7 +174,7 @@ class Group:
         owner = self.owner.get(key)
         return (owner is None or owner == member_id) and key not in self.held_owner
 
-    def state(self) -> str:
+    def state(self) -> GroupState:
         if not self.members:
             return EMPTY_GROUP
         if self.epoch > self.assignment_epoch:

@@ -11,7 +11,7 @@ import pytest
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.coordinator.records import RebalanceEvent
+from services.coordinator.records import EventType, RebalanceEvent
 from tests.coordinator.harness import IC, Context, assignors_proto, items
 
 HeartbeatRequest = coordinator_pb2.ConnectGroupHeartbeatRequest
@@ -220,7 +220,7 @@ def test_fenced_member_epoch(delta: int) -> None:
     # The member is removed and the group epoch bumps...
     assert ctx.snapshot()["members"] == ["W1"]
     assert ctx.group().epoch == e + 1
-    assert [ev.member_id for ev in ctx.events("member_fenced")] == ["W2"]
+    assert [ev.member_id for ev in ctx.events(EventType.MEMBER_FENCED)] == ["W2"]
     # ...but its work is held, not free: the fenced worker may still be running it.
     assert ctx.group().held == {"W2": W2_ITEMS}
     assert ctx.group().owner.keys() == set(W1_ITEMS.item_keys())
@@ -240,7 +240,7 @@ def test_fenced_member_epoch(delta: int) -> None:
     # At the deadline the items are released, and W1 gets them at its next heartbeat.
     ctx.sleep(1)
     assert ctx.group().held == {}
-    assert [ev.member_id for ev in ctx.events("items_released")] == ["W2"]
+    assert [ev.member_id for ev in ctx.events(EventType.ITEMS_RELEASED)] == ["W2"]
     r = ctx.heartbeat("W1", e + 1)
     assert Items.from_proto(r.assignment.assigned) == everything and len(r.assignment.pending.tasks) == 0
     assert ctx.snapshot()["state"] == "Stable"
@@ -470,7 +470,7 @@ def test_invalid_assignment_keeps_the_target(targets: dict[str, Items], delay_ms
     with unchanged(ctx):
         r = ctx.install("W1", targets, group_epoch=prep.group_epoch, delay_ms=delay_ms)
     assert r.error_code == ErrorCode.INVALID_ASSIGNMENT and words in r.error_message, r.error_message
-    assert ctx.events("assignment_failed")[-1].details["reason"].startswith("invalid assignment")
+    assert ctx.events(EventType.ASSIGNMENT_FAILED)[-1].details["reason"].startswith("invalid assignment")
     # The computation is abandoned; it is asked for again after the retry backoff, from another
     # worker (W1's result was bad).
     assert ctx.group().in_flight is None

@@ -144,7 +144,11 @@ def test_install_writes_the_target_then_the_member_advances_to_it() -> None:
     assert_records(
         advanced.records,
         [
-            CurrentAssignment(G, "m1", CurrentAssignmentValue(2, 0, MemberState.STABLE, target, items(), request_sequence=ctx._sequence)),
+            CurrentAssignment(
+                G,
+                "m1",
+                CurrentAssignmentValue(2, 0, MemberState.STABLE, target, items(), request_sequence=ctx._sequence),
+            ),
             event(ctx, EventType.MEMBER_EPOCH_ADVANCED, "m1", 2, previous=0),
             event(ctx, EventType.ITEMS_ASSIGNED, "m1", 2, items=2, **target.names()),
             event(ctx, EventType.GROUP_STABLE),

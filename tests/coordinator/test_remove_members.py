@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.records import EventType
 from tests.coordinator.harness import Context
 from tests.coordinator.test_timeouts_and_membership import ALL, SESSION, STATIC, W1_ITEMS, W2_ITEMS, stable_group
 
@@ -28,7 +29,7 @@ def test_removing_a_static_member_that_left_temporarily_releases_its_work_at_onc
     assert [(x.member_id, x.instance_id, x.error_code) for x in r.results] == [("W2", "i2", ErrorCode.NONE)]
     assert ctx.snapshot()["members"] == ["W1"] and ctx.group().held == {}
     assert "i2" not in ctx.group().static_members
-    assert [ev.member_id for ev in ctx.events("member_removed")] == ["W2"]
+    assert [ev.member_id for ev in ctx.events(EventType.MEMBER_REMOVED)] == ["W2"]
     ctx.compute("W1", {"W1": ALL})
     ctx.converge()
     assert ctx.snapshot()["assignments"]["W1"][1] == str(ALL)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
+from services.coordinator.records import EventType
 from tests.coordinator.harness import Context, items
 
 
@@ -161,7 +162,7 @@ def w2_expires_and_w3_holds_its_work(ctx: Context, e: int) -> None:
         "state": "Assigning",
     }
     # Session expiry releases at once: nothing is held for W2 (it was not fenced).
-    assert ctx.group().held == {} and [ev.member_id for ev in ctx.events("member_expired")] == ["W2"]
+    assert ctx.group().held == {} and [ev.member_id for ev in ctx.events(EventType.MEMBER_EXPIRED)] == ["W2"]
 
     # W3 (the previous executor) is asked to compute.
     r = ctx.heartbeat("W3", e)
@@ -220,7 +221,7 @@ def test_worker_leaving_the_group() -> None:
     # ...then the coordinator bumps the group epoch (the seed's worker bumps it with a new assignor
     # `reason`; here the assignor returned rebalance_delay_ms and the coordinator keeps the timer).
     ctx.keepalive(5_000, ["W1"])
-    bumps = [ev.details["reason"] for ev in ctx.events("group_epoch_bumped")]
+    bumps = [ev.details["reason"] for ev in ctx.events(EventType.GROUP_EPOCH_BUMPED)]
     assert bumps[-1] == "scheduled_rebalance"
     assert ctx.group().target.scheduled_rebalance_ms == 0
     # Seed printout at 37 lists "W2 - epoch=36, [AT2]" under Member Assignment: a typo for W3.

@@ -10,6 +10,7 @@ from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
 from services.common.items import Items
+from services.coordinator.records import EventType
 from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto, items
 
 SESSION = TEST_CONFIG.session_timeout_ms  # 45 s
@@ -63,7 +64,7 @@ def test_session_timeout_removes_a_silent_worker_and_frees_its_work_at_once() ->
     assert "W2" in ctx.group().members
     ctx.sleep(1)
     assert ctx.snapshot()["members"] == ["W1"] and ctx.group().epoch == e + 1
-    assert [ev.member_id for ev in ctx.events("member_expired")] == ["W2"]
+    assert [ev.member_id for ev in ctx.events(EventType.MEMBER_EXPIRED)] == ["W2"]
     assert ctx.group().held == {} and ctx.group().owner.keys() == set(W1_ITEMS.item_keys())
     # W1 computes and gets W2's work at once (nothing held).
     assert ctx.heartbeat("W1", e).error_code == ErrorCode.COMPUTE_ASSIGNMENT
@@ -105,7 +106,7 @@ def test_rebalance_timeout_fences_a_worker_that_does_not_revoke() -> None:
     # Fenced when the rebalance timeout expires: removed, epoch bump; its work is held (it may
     # still be running it) until its session would have expired.
     assert ctx.snapshot()["members"] == ["W2", "W3"] and ctx.group().epoch == e + 2
-    fenced = ctx.events("member_fenced")
+    fenced = ctx.events(EventType.MEMBER_FENCED)
     assert [(ev.member_id, ev.details.get("cause")) for ev in fenced] == [("W1", "rebalance_timeout")]
     assert ctx.group().held == {"W1": W1_ITEMS}
     # Its next heartbeat: it is not a member any more.
@@ -143,7 +144,7 @@ def test_confirming_the_revocation_in_time_cancels_the_rebalance_timeout() -> No
     ctx.heartbeat("W1", e, owned=items("AC0"))
     ctx.keepalive(2 * REBALANCE_TIMEOUT, ["W1", "W2", "W3"])
     assert ctx.snapshot()["members"] == ["W1", "W2", "W3"] and ctx.snapshot()["state"] == "Stable"
-    assert ctx.events("member_fenced") == []
+    assert ctx.events(EventType.MEMBER_FENCED) == []
 
 
 # ---- the assignment process --------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def test_executor_timeout_chooses_another_worker() -> None:
     assert ctx.group().in_flight.executor == "W1"  # type: ignore[union-attr]
     ctx.sleep(started + REBALANCE_TIMEOUT - ctx.now)
     assert ctx.group().in_flight.executor == "W2"  # type: ignore[union-attr]
-    assert ctx.events("assignment_failed")[-1].details["reason"] == "executor did not install in time"
+    assert ctx.events(EventType.ASSIGNMENT_FAILED)[-1].details["reason"] == "executor did not install in time"
     # W1 is not the chosen member any more; W2 is told at its next heartbeat.
     assert ctx.heartbeat("W1", e).error_code == ErrorCode.NONE
     r = ctx.install("W1", {"W1": W1_ITEMS | items("CC0"), "W2": W2_ITEMS}, group_epoch=e + 1)
@@ -186,7 +187,7 @@ def test_assignor_error_keeps_the_target_and_retries_after_backoff() -> None:
         assert r.error_code == ErrorCode.NONE  # the error was reported, not a failed request
         assert ctx.snapshot()["target"] == target_before and ctx.group().assignment_epoch == e
         assert ctx.snapshot()["state"] == "Assigning" and ctx.group().in_flight is None
-        assert ctx.events("assignment_failed")[-1].details["reason"].startswith("assignor error 7")
+        assert ctx.events(EventType.ASSIGNMENT_FAILED)[-1].details["reason"].startswith("assignor error 7")
         # Exponential backoff: 1x, 2x, 4x; nobody is asked before it is over.
         wait = backoff * 2**attempt
         ctx.sleep(wait - 1)
@@ -267,7 +268,7 @@ def test_leave_frees_the_work_at_once() -> None:
     r = ctx.heartbeat("W2", -1)
     assert r.error_code == ErrorCode.NONE and r.member_id == "W2" and r.member_epoch == -1
     assert ctx.snapshot()["members"] == ["W1"] and ctx.group().epoch == e + 1
-    assert ctx.group().held == {} and [ev.member_id for ev in ctx.events("member_left")] == ["W2"]
+    assert ctx.group().held == {} and [ev.member_id for ev in ctx.events(EventType.MEMBER_LEFT)] == ["W2"]
     ctx.compute("W1", {"W1": ALL})
     r = ctx.heartbeat("W1", e)
     assert assigned(r) == ALL
@@ -322,7 +323,7 @@ def test_static_temporary_leave_keeps_the_assignment_and_a_rejoin_takes_it_back(
         "assignments": {"W1": (e, str(W1_ITEMS), "[]"), new: (e, str(W2_ITEMS), "[]")},
         "state": "Stable",
     }
-    assert [ev.details["replaced"] for ev in ctx.events("static_member_replaced")] == ["W2"]
+    assert [ev.details["replaced"] for ev in ctx.events(EventType.MEMBER_REPLACED)] == ["W2"]
     # The new incarnation has a fresh session: it outlives the old one's deadline.
     ctx.keepalive(SESSION, ["W1", new])
     assert ctx.snapshot()["members"] == sorted(["W1", new])
@@ -520,7 +521,7 @@ def test_connector_changes_bump_the_epoch() -> None:
     r = ctx.put_connector("C", 3)
     assert r.error_code == ErrorCode.NONE and r.group_epoch == e + 2
     assert ctx.delete_connector("B").group_epoch == e + 3
-    reasons = [ev.details["reason"] for ev in ctx.events("group_epoch_bumped")][-3:]
+    reasons = [ev.details["reason"] for ev in ctx.events(EventType.GROUP_EPOCH_BUMPED)][-3:]
     assert reasons == ["task_count_changed", "connector_added", "connector_removed"]
     # Items of removed tasks/connectors are revoked by the next target.
     prep = ctx.prepare("W1")
@@ -563,7 +564,7 @@ def test_assignor_reason_change_requests_a_rebalance() -> None:
     e = ctx.group().epoch
     r = ctx.heartbeat("W2", e, assignors=assignors_proto(IC, reason=1))
     assert r.error_code == ErrorCode.NONE and ctx.group().epoch == e + 1
-    assert ctx.events("group_epoch_bumped")[-1].details["reason"] == "member_metadata_changed"
+    assert ctx.events(EventType.GROUP_EPOCH_BUMPED)[-1].details["reason"] == "member_metadata_changed"
     # The same assignors again: no change.
     ctx.heartbeat("W2", e, assignors=assignors_proto(IC, reason=1))
     assert ctx.group().epoch == e + 1
@@ -591,7 +592,7 @@ def test_delayed_rebalance_fires_and_survives_a_restart() -> None:
     assert ctx.group().epoch == e + 1
     ctx.sleep(1)
     assert ctx.group().epoch == e + 2
-    assert ctx.events("group_epoch_bumped")[-1].details["reason"] == "scheduled_rebalance"
+    assert ctx.events(EventType.GROUP_EPOCH_BUMPED)[-1].details["reason"] == "scheduled_rebalance"
     assert ctx.heartbeat("W1", e + 1).error_code == ErrorCode.COMPUTE_ASSIGNMENT
     ctx.compute("W1", {"W1": ALL})
     ctx.converge()
@@ -753,12 +754,15 @@ def test_no_worker_able_to_compute_is_reported_once_and_the_target_is_kept() -> 
     c.assignors[0].version = 2
     ctx.heartbeat("C", ctx.group().members["C"].member_epoch, assignors=c)
     ctx.heartbeat("A", -1)
-    failed = [e for e in ctx.events("assignment_failed") if "no worker supports" in e.details.get("reason", "")]
+    failed = [e for e in ctx.events(EventType.ASSIGNMENT_FAILED) if "no worker supports" in e.details.get("reason", "")]
     assert len(failed) == 1
     for _ in range(3):  # heartbeats go on; nobody is asked to compute, nothing else is said
         for m in ("B", "C"):
             assert ctx.heartbeat(m, ctx.group().members[m].member_epoch).error_code == ErrorCode.NONE
-    assert len([e for e in ctx.events("assignment_failed") if "no worker supports" in e.details.get("reason", "")]) == 1
+    assert (
+        len([e for e in ctx.events(EventType.ASSIGNMENT_FAILED) if "no worker supports" in e.details.get("reason", "")])
+        == 1
+    )
     assert ctx.snapshot()["state"] == "Assigning" and ctx.group().target.assignment_epoch == target.assignment_epoch
     ctx.check_recovery()
 
