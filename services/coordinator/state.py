@@ -35,6 +35,7 @@ from services.coordinator.records import (
 
 ItemKey = str | TaskId
 
+
 class GroupState(enum.StrEnum):
     """A group's state, derived from its epochs and its members' states (DescribeGroups shows it)."""
 
