@@ -242,11 +242,15 @@ class CoordinatorMachine:
 
     def take_jobs(self) -> list[ServiceAssignment]:
         """Assignments to compute now with the assignor service (their records are durable)."""
+        if not self._jobs:
+            return []
         out, self._jobs = self._jobs, []
         return out
 
     def take_reloads(self) -> set[str]:
         """Groups whose memory must be replaced by what storage holds (`reload_groups`)."""
+        if not self._reloads:
+            return set()
         out, self._reloads = self._reloads, set()
         return out
 
@@ -254,27 +258,28 @@ class CoordinatorMachine:
 
     def _enqueue(self, result: Result, request: Any) -> Ticket:
         records = result.records
+        if not records and not self._pending and self._writing is None and not self._isolating:
+            # Nothing before it is still being stored (the idle heartbeat's path: keep it short).
+            ticket = Ticket(result.response, records, result.effects, frozenset())
+            self._succeed(ticket)
+            return ticket
         ticket = Ticket(
             result.response,
             records,
-            list(result.effects),
+            result.effects,
             frozenset(r.group_id for r in records),
             None if records else groups_of_request(request),
         )
         if self.respond_before_commit:
             ticket.answered = True
-        if not records and not self._pending and self._writing is None and not self._isolating:
-            self._succeed(ticket)  # nothing before it is still being stored
-            return ticket
         self._pending.append(ticket)
         self._pending_records += len(records)
         return ticket
 
     def _succeed(self, ticket: Ticket) -> None:
         ticket.status, ticket.answered = Status.DONE, True
-        for effect in ticket.effects:
-            if isinstance(effect, ServiceAssignment):
-                self._jobs.append(effect)
+        if ticket.effects:
+            self._jobs.extend(e for e in ticket.effects if isinstance(e, ServiceAssignment))
         self._resolved.append(ticket)
 
     def _fail(self, ticket: Ticket, why: str) -> None:

@@ -132,6 +132,7 @@ class CoordinatorRuntime:
         self._assignment_tasks: set[asyncio.Task[Any]] = set()
         self._unstable_since: dict[str, int] = {}
         self._busy_ns = 0
+        self._queued = 0
         self._stopping = False
 
     @property
@@ -229,7 +230,10 @@ class CoordinatorRuntime:
         reloads = machine.take_reloads()
         if reloads:
             self._reload_groups(reloads)
-        self.metrics.event_queue_size.set(machine.queued_records)
+        queued = machine.queued_records
+        if queued != self._queued:
+            self._queued = queued
+            self.metrics.event_queue_size.set(queued)
         if machine.has_work and not machine.writing:
             self._writer_wakeup.set()
         deadline = machine.next_deadline()
