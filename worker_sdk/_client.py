@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import grpc
 
 import services.assignor
-from connect.coordinator.v1 import coordinator_pb2_grpc
+from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.common.tls import ClientTls, aio_channel
@@ -119,6 +119,7 @@ class ConnectWorkerClient:
         on_callback_error: Callable[[CallbackError], Awaitable[None] | None] | None = None,
         on_change: Callable[[ConnectWorkerClient], None] | None = None,
         tls: ClientTls | None = None,
+        push: bool = True,
     ) -> None:
         if config is None:
             config = MemberConfig(
@@ -150,6 +151,11 @@ class ConnectWorkerClient:
         self._done = asyncio.Event()
         self._started = False
         self._background = False
+        # Push (SPEC §11): the stream of nudges kept open for the current member id.
+        self.push = push
+        self._watch_call: Any = None
+        self._watch_mid = ""
+        self._watch_rng = random.Random()
 
     # ---- views ----------------------------------------------------------------------------------
 
@@ -211,6 +217,8 @@ class ConnectWorkerClient:
         if self._run_task is None:
             self._run_task = asyncio.current_task()
         self.member.join(self._now_ms())
+        if self.push:
+            self._spawn(self._watch())
         try:
             while True:
                 self._wakeup.clear()
@@ -270,9 +278,47 @@ class ConnectWorkerClient:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _watch(self) -> None:
+        """Keep the push stream open for the current member id; each nudge makes a heartbeat due now.
+        A lost or refused stream is opened again with backoff (the member is heartbeat-paced
+        meanwhile); a coordinator without it (UNIMPLEMENTED) is asked again once a minute."""
+        backoff = 0.1
+        while not self.member.closed:
+            mid = self.member.member_id
+            if not mid or not self.member.is_member:
+                await asyncio.sleep(0.05)
+                continue
+            request = coordinator_pb2.ConnectGroupWatchRequest(group_id=self.member.config.group_id, member_id=mid)
+            call = self._stub.ConnectGroupWatch(request)
+            self._watch_call, self._watch_mid = call, mid
+            opened = self._clock()
+            try:
+                async for nudge in call:
+                    if nudge.error_code:
+                        log.warning("push stream refused (%s): %s", nudge.error_code, nudge.error_message)
+                        break
+                    if self.member.nudge(self._now_ms()):
+                        self._wakeup.set()
+                    backoff = 0.1
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.CANCELLED and self._watch_mid != self.member.member_id:
+                    continue  # the member id changed (rejoined): open the stream for the new one at once
+                if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("the coordinator has no push stream: heartbeat-paced")
+                    await asyncio.sleep(60)
+                    continue
+            finally:
+                self._watch_call = None
+            if self._clock() - opened > 10:
+                backoff = 0.1
+            await asyncio.sleep(backoff * (0.5 + self._watch_rng.random()))
+            backoff = min(backoff * 2, 5.0)
+
     def _step(self) -> None:
         m = self.member
         now = self._now_ms()
+        if self._watch_call is not None and self._watch_mid != m.member_id:
+            self._watch_call.cancel()  # a stream for a member id we no longer have
         effect = m.poll_effect(now)
         if effect is not None:
             self._spawn(self._run_effect(effect))

@@ -426,6 +426,15 @@ class Member:
             self._set_state(now_ms, MemberState.STABLE, "acknowledgement sent")
         return out
 
+    def nudge(self, now_ms: int) -> bool:
+        """The coordinator says it has something for this member (SPEC §11): heartbeat now rather
+        than at the interval. Only a hint -- it can move a heartbeat earlier, nothing else (backoff
+        and the one-heartbeat-in-flight rule still apply). True if it made a heartbeat due."""
+        if self.state not in _IN_GROUP or self._send_now:
+            return False
+        self._send_now = True
+        return True
+
     def _send_blocked(self) -> bool:
         """No heartbeat can go out whatever the time: not in the group, or waiting for work to stop."""
         if self.state == MemberState.LEAVING:

@@ -50,6 +50,7 @@ class ReferenceWorker:
         rng: random.Random | None = None,
         metrics: WorkerMetrics | bool = True,
         tls: ClientTls | None = None,
+        push: bool = True,
     ) -> None:
         self.name = name
         self.stop_delay_s = stop_delay_ms / 1000
@@ -73,6 +74,7 @@ class ReferenceWorker:
             rng=rng,
             metrics=metrics,
             tls=tls,
+            push=push,
             on_change=lambda _c: self.write_status(),
         )
 

@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", default="", help="serve Prometheus /metrics on HOST:PORT ('' disables)")
     p.add_argument("--seed", type=int, default=None, help="seed of the retry jitter (default: random)")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--no-push",
+        action="store_true",
+        help="do not keep the coordinator's push stream open: learn of changes at the next heartbeat only",
+    )
     add_client_tls_flags(p, "CONNECT_WORKER_")
     return p
 
@@ -110,6 +115,7 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
                 rng=random.Random(rng.random()),
                 metrics=metrics,
                 tls=tls,
+                push=not args.no_push,
             )
         )
     if args.metrics_listen:

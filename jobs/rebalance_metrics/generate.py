@@ -82,12 +82,13 @@ class Generator:
     def _apply(self, result: Result) -> object:
         self._keep(result.records)
         # Service mode: the assignor service answers at once (its latency is not what is studied here).
-        jobs, self.jobs = [*self.jobs, *result.effects], []
+        jobs = self.jobs + [e for e in result.effects if isinstance(e, ServiceAssignment)]
+        self.jobs = []
         for job in jobs:
             resp = assignor.assign(job.request)
             done = self.core.complete_service_assignment(job.group_id, job.group_epoch, resp, self.now)
             self._keep(done.records)
-            self.jobs.extend(done.effects)
+            self.jobs.extend(e for e in done.effects if isinstance(e, ServiceAssignment))
         if len(self.pending) >= self.batch:
             self.flush()
         return result.response

@@ -26,7 +26,7 @@ from services.coordinator.config import (
 )
 from services.coordinator.errors import ApiError, invalid
 from services.coordinator.explain import SERVICE_LABEL
-from services.coordinator.handler import CoreBase, Result, ServiceAssignment, Sink
+from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_TARGET, CoreBase, Result, ServiceAssignment, Sink
 from services.coordinator.records import (
     EventType,
     GroupMetadata,
@@ -92,6 +92,8 @@ class AssignmentProcess(CoreBase):
             executor=inflight.executor or "service",
             assignor=name,
         )
+        if inflight.executor:
+            sink.nudge(group.group_id, (inflight.executor,), NUDGE_COMPUTE)
 
     def _prepare(self, group: Group, inflight: InFlightAssignment, name: str, now: int) -> assignor_pb2.AssignRequest:
         request = build_snapshot(group, name, now, self.group_configs(group))
@@ -145,6 +147,7 @@ class AssignmentProcess(CoreBase):
 
     def prepare_assignment(self, req: coordinator_pb2.ConnectGroupPrepareAssignmentRequest, now_ms: int) -> Result:
         sink = Sink(self.state, now_ms)
+        sink.requester = req.member_id  # answered directly: never nudged
         try:
             validation.check_member_request(req.group_id, req.member_id, req.member_epoch, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
@@ -166,6 +169,7 @@ class AssignmentProcess(CoreBase):
 
     def install_assignment(self, req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, now_ms: int) -> Result:
         sink = Sink(self.state, now_ms)
+        sink.requester = req.member_id  # the installer heartbeats at once on its own
         try:
             validation.check_install(req, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
@@ -305,6 +309,7 @@ class AssignmentProcess(CoreBase):
             latency_ms=now - inflight.started_ms,
             **service,
         )
+        sink.nudge(gid, group.members, NUDGE_TARGET)  # every member moves to the new assignment epoch
         self._after_change(sink, group, now)
 
     # ---- timers ---------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ METHOD_OPERATIONS: dict[str, str] = {
     "ConnectGroupHeartbeat": READ,
     "ConnectGroupPrepareAssignment": READ,
     "ConnectGroupInstallAssignment": READ,
+    "ConnectGroupWatch": READ,  # a member's push stream
     "ListGroups": DESCRIBE,  # filtered: only describable groups are listed
     "DescribeGroups": DESCRIBE,  # per group
     "DescribeConfigs": DESCRIBE,

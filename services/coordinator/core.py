@@ -24,13 +24,13 @@ from typing import ClassVar
 
 from services.coordinator.admin import Admin
 from services.coordinator.assignment_process import AssignmentProcess
-from services.coordinator.handler import GROUP_TYPE, Effect, Result, ServiceAssignment, Sink
+from services.coordinator.handler import GROUP_TYPE, Effect, Nudge, Result, ServiceAssignment, Sink
 from services.coordinator.membership import Membership
 from services.coordinator.records import EventType, MemberState, Record
 from services.coordinator.state import STABLE, CoordinatorState, Group
 from services.coordinator.timers import TimerKey, TimerKind
 
-__all__ = ["GROUP_TYPE", "Effect", "GroupCoordinator", "Result", "ServiceAssignment"]
+__all__ = ["GROUP_TYPE", "Effect", "GroupCoordinator", "Nudge", "Result", "ServiceAssignment"]
 
 
 @dataclass

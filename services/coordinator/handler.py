@@ -10,7 +10,7 @@ function recovery uses), so later steps of the same handler and later requests s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from services.coordinator.config import (
     ServerConfig,
     effective_group_configs,
 )
-from services.coordinator.records import EventType, RebalanceEvent, Record
+from services.coordinator.records import EventType, MemberState, RebalanceEvent, Record
 from services.coordinator.state import CoordinatorState, Group, Member
 from services.coordinator.timers import Timer
 
@@ -38,8 +38,22 @@ class ServiceAssignment:
     request: assignor_pb2.AssignRequest
 
 
+@dataclass(frozen=True, slots=True)
+class Nudge:
+    """Members that have something to do now (SPEC §11): the runtime tells them over their push
+    streams and they heartbeat at once. A hint only: losing it costs latency, never safety."""
+
+    group_id: str
+    member_ids: tuple[str, ...]
+    reason: str
+
+
+NUDGE_COMPUTE = "compute_assignment"
+NUDGE_TARGET = "target_changed"
+NUDGE_RELEASED = "items_released"
+
 # What a handler asks the runtime to do once its records are durable (and never if they are lost).
-Effect = ServiceAssignment
+Effect = ServiceAssignment | Nudge
 
 
 @dataclass
@@ -59,6 +73,8 @@ class Sink:
         self.effects: list[Effect] = []
         # Groups this handler changed or logged something for (group_stable is only checked for them).
         self.touched: set[str] = set()
+        # The member whose request this is: its response tells it everything, so it is never nudged.
+        self.requester = ""
 
     def emit(self, record: Record) -> None:
         self.state.replay(record)
@@ -79,6 +95,11 @@ class Sink:
                 details=details,
             )
         )
+
+    def nudge(self, group_id: str, member_ids: Iterable[str], reason: str) -> None:
+        members = tuple(m for m in member_ids if m != self.requester)
+        if members:
+            self.effects.append(Nudge(group_id, members, reason))
 
     def result(self, response: Any = None) -> Result:
         return Result(self.records, response, self.effects)
@@ -120,6 +141,14 @@ class CoreBase:
         """The group's assignment.mode; for a group not created yet, the server default."""
         overrides = group.configs if group is not None else {}
         return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
+
+    def _nudge_waiting(self, sink: Sink, group: Group) -> None:
+        """Items were released: nudge the members waiting for released items (UnreleasedItems)."""
+        sink.nudge(
+            group.group_id,
+            (mid for mid, m in group.members.items() if m.current.state == MemberState.UNRELEASED_ITEMS),
+            NUDGE_RELEASED,
+        )
 
     # ---- steps one part calls in another ----------------------------------------------------------
 

@@ -13,7 +13,7 @@ the simulator (virtual time, crash points) both need, so the simulator exercises
   time; a failing request, and every request built on the groups it touched (later in the batch or
   still gathering), fails with COORDINATOR_NOT_AVAILABLE; only those groups are reloaded from
   storage (`take_reloads()` -> the shell reads them -> `reload_groups()`);
-* effects (assignor-service jobs, the next timer deadline, metrics of records) are released only
+* effects (assignor-service jobs, push nudges, the next timer deadline, metrics of records) are released only
   with the ticket that produced them, once it is committed: a job for a change that was lost is
   never started, and no metric counts a change that was not stored;
 * timers are data in the core; `poll(now)` fires the due ones like any other request.
@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import Effect, GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.handler import Nudge
 from services.coordinator.records import Record
 
 
@@ -122,6 +123,7 @@ class CoordinatorMachine:
     _taint: set[str] = field(default_factory=set)
     _resolved: list[Ticket] = field(default_factory=list)
     _jobs: list[ServiceAssignment] = field(default_factory=list)
+    _nudges: list[Nudge] = field(default_factory=list)
     _reloads: set[str] = field(default_factory=set)
 
     # ---- state ------------------------------------------------------------------------------
@@ -130,6 +132,7 @@ class CoordinatorMachine:
         """Replace the whole state by the stored records (start, or recovery after a handler bug)."""
         self._reloads.clear()
         self._jobs.clear()
+        self._nudges.clear()
         result = self.core.load(records, now_ms)
         self.loaded = True
         return self._enqueue(result, None)
@@ -247,6 +250,13 @@ class CoordinatorMachine:
         out, self._jobs = self._jobs, []
         return out
 
+    def take_nudges(self) -> list[Nudge]:
+        """Members to nudge now over their push streams (the change that concerns them is durable)."""
+        if not self._nudges:
+            return []
+        out, self._nudges = self._nudges, []
+        return out
+
     def take_reloads(self) -> set[str]:
         """Groups whose memory must be replaced by what storage holds (`reload_groups`)."""
         if not self._reloads:
@@ -278,8 +288,11 @@ class CoordinatorMachine:
 
     def _succeed(self, ticket: Ticket) -> None:
         ticket.status, ticket.answered = Status.DONE, True
-        if ticket.effects:
-            self._jobs.extend(e for e in ticket.effects if isinstance(e, ServiceAssignment))
+        for effect in ticket.effects:
+            if isinstance(effect, ServiceAssignment):
+                self._jobs.append(effect)
+            else:
+                self._nudges.append(effect)
         self._resolved.append(ticket)
 
     def _fail(self, ticket: Ticket, why: str) -> None:

@@ -51,6 +51,7 @@ class Membership(CoreBase):
 
     def heartbeat(self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now_ms: int) -> Result:
         sink = Sink(self.state, now_ms)
+        sink.requester = req.member_id
         try:
             validation.check_heartbeat(req, self.config)
             handler = self._leave if req.member_epoch < 0 else self._heartbeat
@@ -102,6 +103,7 @@ class Membership(CoreBase):
                 )
             validation.check_join(req)
             member = self._join(sink, group, req, instance_id, replacing, now)
+            sink.requester = member.member_id
             group = self.state.groups[gid]
         else:
             assert group is not None
@@ -353,6 +355,7 @@ class Membership(CoreBase):
                 **before.revoking.names(),
             )
             self.timer.cancel(key)
+            self._nudge_waiting(sink, group)
         if after.state == MemberState.UNREVOKED_ITEMS and after.revoking != before.revoking:
             sink.event(
                 group,
@@ -469,6 +472,8 @@ class Membership(CoreBase):
             group.process.in_flight = None
             self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
         self._bump(sink, group, reason, mid)
+        if owned and not (hold and release_at > now):
+            self._nudge_waiting(sink, group)  # its items are free at once
 
     # ---- timers ---------------------------------------------------------------------------------
 
@@ -498,4 +503,5 @@ class Membership(CoreBase):
                 cause="fenced_session_elapsed",
                 **items.names(),
             )
+            self._nudge_waiting(sink, group)
         return False

@@ -172,6 +172,20 @@ class CoordinatorMetrics:
             ["service", "result"],
             registry=r,
         )
+        # Push-driven reconciliation (SPEC §11).
+        self.push_streams = Gauge(f"{PREFIX}_push_streams", "Push streams members keep open.", registry=r)
+        self.nudges = Counter(
+            f"{PREFIX}_nudges_total",
+            "Nudges queued for members (coalesced: a member has at most one waiting), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.nudge_latency = Histogram(
+            f"{PREFIX}_nudge_to_heartbeat_seconds",
+            "From a nudge sent to the member's next heartbeat.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def watch_state(self, state: Callable[[], CoordinatorState]) -> None:
         self.registry.register(_GroupCollector(state))

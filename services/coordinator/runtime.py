@@ -34,6 +34,7 @@ from services.coordinator.core import GroupCoordinator, Result, ServiceAssignmen
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
 from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.push import NudgeHub
 from services.coordinator.records import EventType, RebalanceEvent, Record
 from services.coordinator.state import STABLE
 from services.storage import Storage
@@ -120,6 +121,8 @@ class CoordinatorRuntime:
         self.assignors = assignors
         self.metrics = metrics or CoordinatorMetrics()
         self.metrics.watch_state(lambda: self.coordinator.state)
+        # Push streams (SPEC §11): nudges are sent once the change they announce is durable.
+        self.nudges = NudgeHub(self.metrics)
         if assignors is not None:
             # The core checks joins against the services' current names, updated after each discovery.
             assignors.on_change = coordinator.set_service_assignors
@@ -155,6 +158,7 @@ class CoordinatorRuntime:
 
     async def stop(self) -> None:
         self._stopping = True
+        self.nudges.close_all()
         with contextlib.suppress(NotAvailable):
             await self.barrier()
         for task in [*self._tasks, *self._assignment_tasks]:
@@ -223,6 +227,8 @@ class CoordinatorRuntime:
                 self._observe(ticket.records)
             if ticket.waiter is not None and not ticket.waiter.done():
                 ticket.waiter.set_result(None)
+        for nudge in machine.take_nudges():
+            self.nudges.nudge(nudge.group_id, nudge.member_ids, nudge.reason)
         for job in machine.take_jobs():
             task = asyncio.create_task(self._run_service_assignment(job))
             self._assignment_tasks.add(task)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +28,11 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, c
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
 from services.common.tls import ServerTls, peer_principal
+from services.coordinator import validation
 from services.coordinator.authorizer import METHOD_OPERATIONS, Authorizer
-from services.coordinator.errors import clip
+from services.coordinator.errors import ApiError, clip
 from services.coordinator.events import list_group_events
+from services.coordinator.push import NudgeHub, TooManyStreams
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
 log = logging.getLogger("connect.coordinator")
@@ -182,11 +184,60 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
         async def run(r: Any) -> Any:
             if r.HasField("client_assignors"):  # a join or a change: is every name known?
                 await self.runtime.discover_for(r)  # one no known service serves: ask again
+            self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
             return await self.runtime.handle(self.core.heartbeat, r)
 
         return await self._serve(
             "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, run
         )
+
+    async def ConnectGroupWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """A member's push stream: nudges until it is replaced, refused or the server stops."""
+        method = "ConnectGroupWatch"
+        refused = await self._watch_refusal(method, request, context)
+        if refused is not None:
+            self.metrics.rpc_results.labels(method, ERROR_NAMES.get(refused.error_code, "?")).inc()
+            yield refused
+            return
+        hub = self.runtime.nudges
+        try:
+            stream = hub.open(request.group_id, request.member_id)
+        except TooManyStreams as e:
+            self.metrics.rpc_results.labels(method, "COORDINATOR_NOT_AVAILABLE").inc()
+            yield coordinator_pb2.ConnectGroupNudge(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)
+            )
+            return
+        self.metrics.rpc_results.labels(method, "NONE").inc()
+        try:
+            while (reason := await stream.next()) is not None:
+                await hub.pace()
+                hub.sent(stream.key)
+                yield coordinator_pb2.ConnectGroupNudge(reason=reason)
+        finally:
+            hub.close(stream)
+
+    async def _watch_refusal(self, method: str, request: Any, context: Any) -> Any:
+        """The nudge that refuses a stream (unparsable, bad ids, not authorized), or None to open it."""
+        if isinstance(request, Unparsable):
+            self.metrics.unparsable_requests.labels(method).inc()
+            return coordinator_pb2.ConnectGroupNudge(
+                error_code=ErrorCode.INVALID_REQUEST, error_message=f"the request does not parse: {request.error}"
+            )
+        try:
+            validation.check_id(request.group_id, "group_id", cfg=self.core.config)
+            validation.check_id(request.member_id, "member_id", cfg=self.core.config)
+        except ApiError as e:
+            return coordinator_pb2.ConnectGroupNudge(error_code=e.code, error_message=e.message)
+        if self.authorizer.enabled:
+            principal = peer_principal(context)
+            if not self.authorizer.allowed(principal, method, request.group_id):
+                self._denied(method)
+                return coordinator_pb2.ConnectGroupNudge(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    error_message=f"{principal} is not authorized to read group '{clip(request.group_id)}'",
+                )
+        return None
 
     async def ConnectGroupPrepareAssignment(self, request: Any, context: Any) -> Any:
         return await self._serve(
@@ -402,10 +453,13 @@ class RunningServer:
     _metrics_http: Any = None
     health_port: int | None = None
     _health_server: grpc.aio.Server | None = field(default=None, repr=False)
+    push: NudgeHub | None = None
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        # Tell load balancers first, then drain in-flight RPCs.
+        # Tell load balancers first, end the push streams (they never end on their own), then drain.
         await self.health.enter_graceful_shutdown()
+        if self.push is not None:
+            self.push.close_all()
         await self.server.stop(grace_s)
         if self._health_server is not None:
             await self._health_server.stop(None)
@@ -479,4 +533,4 @@ async def start_server(
             service,
             health_pb2.HealthCheckResponse.SERVING if runtime.loaded else health_pb2.HealthCheckResponse.NOT_SERVING,
         )
-    return RunningServer(server, bound, health_servicer, metrics_port, http, health_port, health_server)
+    return RunningServer(server, bound, health_servicer, metrics_port, http, health_port, health_server, runtime.nudges)

@@ -15,7 +15,7 @@ from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordina
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
 from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core import GroupCoordinator, Nudge, Result, ServiceAssignment
 from services.coordinator.records import RebalanceEvent, Record, record_key
 from services.coordinator.state import CoordinatorState, Group, Member, durable_view
 
@@ -70,11 +70,16 @@ class Context:
         ids = itertools.count(1)
         self.coordinator = GroupCoordinator(self.config, self.service_assignors, new_member_id=lambda: f"m{next(ids)}")
         self._service_calls: list[ServiceAssignment] = []
+        self.nudges: list[Nudge] = []  # every push nudge a handler returned, in order
 
     # -- plumbing
     def _apply(self, result: Result) -> Any:
         self.log.extend(result.records)
-        self._service_calls.extend(result.effects)
+        for effect in result.effects:
+            if isinstance(effect, ServiceAssignment):
+                self._service_calls.append(effect)
+            else:
+                self.nudges.append(effect)
         return result.response
 
     def sleep(self, ms: int) -> list[Record]:

@@ -7,6 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ConnectGroupWatchRequest(_message.Message):
+    __slots__ = ("group_id", "member_id")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class ConnectGroupNudge(_message.Message):
+    __slots__ = ("error_code", "error_message", "reason")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    reason: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ConnectGroupHeartbeatRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "url", "rebalance_timeout_ms", "client_assignors", "owned", "client_id", "request_sequence")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class ConnectGroupCoordinatorStub:
                 request_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.SerializeToString,
                 response_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.FromString,
                 _registered_method=True)
+        self.ConnectGroupWatch = channel.unary_stream(
+                '/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupWatch',
+                request_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.SerializeToString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupCoordinatorServicer:
@@ -77,6 +82,16 @@ class ConnectGroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConnectGroupWatch(self, request, context):
+        """Push (SPEC §11): a stream of nudges telling the member it has something to do (a revocation,
+        items released for it, COMPUTE_ASSIGNMENT, a new target); the member answers each with a
+        heartbeat at once. A nudge carries nothing to trust: the heartbeat stays the only RPC that
+        changes state, and a member without the stream (or whose stream is lost) is heartbeat-paced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +109,11 @@ def add_ConnectGroupCoordinatorServicer_to_server(servicer, server):
                     servicer.ConnectGroupInstallAssignment,
                     request_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.FromString,
                     response_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.SerializeToString,
+            ),
+            'ConnectGroupWatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.ConnectGroupWatch,
+                    request_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.FromString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +198,33 @@ class ConnectGroupCoordinator:
             '/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupInstallAssignment',
             connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentRequest.SerializeToString,
             connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupInstallAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectGroupWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupWatch',
+            connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.SerializeToString,
+            connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,134 @@
+"""Push-driven reconciliation (SPEC §11): the streams members keep open, and the nudges sent on them.
+
+The core returns a `Nudge` effect when a change gives members something to do; the runtime machine
+releases it once that change is durable; the hub sends it on each member's stream, and the member
+heartbeats at once. A nudge carries nothing that must be trusted: it only moves a heartbeat earlier.
+
+* Coalesced: a member has at most one nudge waiting; more nudges before it is sent are one nudge.
+* Bounded: nudges leave at most `rate` per second over all streams (a token bucket), so a change
+  that concerns 1,000 members does not bring 1,000 heartbeats in the same millisecond.
+* One stream per member: a new stream for the same member replaces the old one; the number of
+  streams is capped (`max_streams`).
+* The nudge-to-heartbeat latency is measured from the moment a nudge is sent to the member's next
+  heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from services.coordinator.metrics import CoordinatorMetrics
+
+StreamKey = tuple[str, str]  # (group id, member id)
+
+
+class Stream:
+    """One member's open stream: the reason of the nudge waiting to be sent, if any."""
+
+    __slots__ = ("_wakeup", "closed", "key", "reason")
+
+    def __init__(self, key: StreamKey) -> None:
+        self.key = key
+        self.reason: str | None = None
+        self.closed = False
+        self._wakeup = asyncio.Event()
+
+    def push(self, reason: str) -> bool:
+        """Queue a nudge; False if one is already waiting (coalesced)."""
+        waiting = self.reason is not None
+        self.reason = reason
+        self._wakeup.set()
+        return not waiting
+
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    async def next(self) -> str | None:
+        """The next nudge's reason; None once the stream is closed (replaced, or the server stops)."""
+        while True:
+            if self.closed:
+                return None
+            if self.reason is not None:
+                reason, self.reason = self.reason, None
+                self._wakeup.clear()
+                return reason
+            await self._wakeup.wait()
+            self._wakeup.clear()
+
+
+class TooManyStreams(Exception):
+    pass
+
+
+class NudgeHub:
+    def __init__(self, metrics: CoordinatorMetrics, *, max_streams: int = 100_000, rate: float = 20_000.0) -> None:
+        self.metrics = metrics
+        self.max_streams = max_streams
+        self.rate = rate
+        self._streams: dict[StreamKey, Stream] = {}
+        # When each member was last nudged, until its next heartbeat (for the latency histogram).
+        self._sent: dict[StreamKey, float] = {}
+        self._tokens = rate / 10
+        self._refilled = time.monotonic()
+        self._closing = False
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def open(self, group_id: str, member_id: str) -> Stream:
+        key = (group_id, member_id)
+        old = self._streams.pop(key, None)
+        if old is not None:
+            old.close()
+        elif self._closing or len(self._streams) >= self.max_streams:
+            raise TooManyStreams(
+                "the coordinator is shutting down"
+                if self._closing
+                else f"{len(self._streams)} push streams are open (the limit): heartbeat-paced meanwhile"
+            )
+        stream = self._streams[key] = Stream(key)
+        self.metrics.push_streams.set(len(self._streams))
+        return stream
+
+    def close(self, stream: Stream) -> None:
+        stream.close()
+        if self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
+            self._sent.pop(stream.key, None)
+            self.metrics.push_streams.set(len(self._streams))
+
+    def close_all(self) -> None:
+        """The server stops: end every stream (members reconnect to the next coordinator)."""
+        self._closing = True
+        for stream in list(self._streams.values()):
+            self.close(stream)
+
+    def nudge(self, group_id: str, member_ids: Iterable[str], reason: str) -> None:
+        for mid in member_ids:
+            stream = self._streams.get((group_id, mid))
+            if stream is not None and stream.push(reason):
+                self.metrics.nudges.labels(reason).inc()
+
+    async def pace(self) -> None:
+        """Wait for a token of the global nudge budget."""
+        while True:
+            now = time.monotonic()
+            self._tokens = min(self.rate / 10, self._tokens + (now - self._refilled) * self.rate)
+            self._refilled = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return
+            await asyncio.sleep((1 - self._tokens) / self.rate)
+
+    def sent(self, key: StreamKey) -> None:
+        self._sent[key] = time.perf_counter()
+
+    def heartbeat_seen(self, group_id: str, member_id: str) -> None:
+        """A heartbeat from this member: if it was nudged, the nudge-to-heartbeat latency."""
+        if self._sent:
+            sent = self._sent.pop((group_id, member_id), None)
+            if sent is not None:
+                self.metrics.nudge_latency.observe(time.perf_counter() - sent)
