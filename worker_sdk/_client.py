@@ -156,6 +156,7 @@ class ConnectWorkerClient:
         self._watch_call: Any = None
         self._watch_mid = ""
         self._watch_rng = random.Random()
+        self._member_known = asyncio.Event()
 
     # ---- views ----------------------------------------------------------------------------------
 
@@ -286,7 +287,8 @@ class ConnectWorkerClient:
         while not self.member.closed:
             mid = self.member.member_id
             if not mid or not self.member.is_member:
-                await asyncio.sleep(0.05)
+                self._member_known.clear()
+                await self._member_known.wait()  # set by _step once the member is in the group
                 continue
             request = coordinator_pb2.ConnectGroupWatchRequest(group_id=self.member.config.group_id, member_id=mid)
             call = self._stub.ConnectGroupWatch(request)
@@ -297,6 +299,8 @@ class ConnectWorkerClient:
                     if nudge.error_code:
                         log.warning("push stream refused (%s): %s", nudge.error_code, nudge.error_message)
                         break
+                    if self.metrics is not None:
+                        self.metrics.nudges.inc()
                     if self.member.nudge(self._now_ms()):
                         self._wakeup.set()
                     backoff = 0.1
@@ -319,6 +323,8 @@ class ConnectWorkerClient:
         now = self._now_ms()
         if self._watch_call is not None and self._watch_mid != m.member_id:
             self._watch_call.cancel()  # a stream for a member id we no longer have
+        if self.push and m.member_id and not self._member_known.is_set() and m.is_member:
+            self._member_known.set()
         effect = m.poll_effect(now)
         if effect is not None:
             self._spawn(self._run_effect(effect))

@@ -35,6 +35,9 @@ class WorkerMetrics:
         self._clock = clock
         r = self.registry
         self.rebalances = Counter(PREFIX + "rebalances", "Rebalances this worker completed.", registry=r)
+        self.nudges = Counter(
+            PREFIX + "nudges", "Nudges received on the push stream (each makes a heartbeat due now).", registry=r
+        )
         self.failed_rebalances = Counter(
             PREFIX + "failed_rebalances",
             "Rebalances that ended without reaching the assignment (fenced, session lost, fatal error).",

@@ -23,6 +23,10 @@ from services.coordinator.metrics import CoordinatorMetrics
 
 StreamKey = tuple[str, str]  # (group id, member id)
 
+# The first nudge of every stream: the member heartbeats once, catching what it was nudged about
+# before its stream was open.
+NUDGE_STREAM_OPENED = "stream_opened"
+
 
 class Stream:
     """One member's open stream: the reason of the nudge waiting to be sent, if any."""

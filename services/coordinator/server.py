@@ -32,7 +32,7 @@ from services.coordinator import validation
 from services.coordinator.authorizer import METHOD_OPERATIONS, Authorizer
 from services.coordinator.errors import ApiError, clip
 from services.coordinator.events import list_group_events
-from services.coordinator.push import NudgeHub, TooManyStreams
+from services.coordinator.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
 log = logging.getLogger("connect.coordinator")
@@ -209,6 +209,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             )
             return
         self.metrics.rpc_results.labels(method, "NONE").inc()
+        # A first nudge at once: whatever was nudged before the stream opened (a join races its
+        # stream) is then caught by the heartbeat that answers it.
+        stream.push(NUDGE_STREAM_OPENED)
         try:
             while (reason := await stream.next()) is not None:
                 await hub.pace()
