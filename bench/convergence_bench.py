@@ -121,7 +121,7 @@ class Fleet:
         assert r.error_code == 0, r.error_message
         self.connectors[connector] = tasks
 
-    def add(self, n: int) -> list[BenchWorker]:
+    def add(self, n: int, push: bool = True) -> list[BenchWorker]:
         new = []
         for _ in range(n):
             i = len(self.workers)
@@ -134,6 +134,7 @@ class Fleet:
                 rng=random.Random(i),
                 rebalance_timeout_ms=60_000,
                 request_timeout_ms=10_000,
+                push=push,
             )
             self.workers.append(w)
             new.append(w)
@@ -193,19 +194,21 @@ class Fleet:
 
 
 async def one_joins(
-    address: str, n: int, connectors: int, tasks_each: int, joins: int, interval_ms: int
+    address: str, n: int, connectors: int, tasks_each: int, joins: int, interval_ms: int, push: bool = True
 ) -> dict[str, Any]:
     fleet = Fleet(address, channels=4)
     for c in range(connectors):
         await fleet.put(f"conn{c:02d}", tasks_each)
-    fleet.start(fleet.add(n))
-    formed_s, epoch = await fleet.wait_settled(120)
+    fleet.start(fleet.add(n, push))
+    formed_s, epoch = await fleet.wait_settled(300)
     runs = []
+    rng = random.Random(7)
     for _ in range(joins):
-        await asyncio.sleep(2 * interval_ms / 1000)  # a quiet group
+        # A quiet group, joined at a random phase of the members' heartbeats.
+        await asyncio.sleep(min(2 * interval_ms, 3_000) / 1000 + rng.random() * interval_ms / 1000)
         for w in fleet.workers:
             w.revoked = 0
-        new = fleet.add(1)
+        new = fleet.add(1, push)
         t0 = time.monotonic()
         fleet.start(new)
         took_s, epoch = await fleet.wait_settled(120)
@@ -224,6 +227,7 @@ async def one_joins(
     secs = [r["seconds"] for r in runs]
     return {
         "workers": n,
+        "push": push,
         "tasks": connectors * tasks_each,
         "connectors": connectors,
         "heartbeat_interval_ms": interval_ms,
@@ -236,12 +240,18 @@ async def one_joins(
 
 
 async def all_join(
-    address: str, n: int, connectors: int, tasks_each: int, interval_ms: int, coordinator: Coordinator
+    address: str,
+    n: int,
+    connectors: int,
+    tasks_each: int,
+    interval_ms: int,
+    coordinator: Coordinator,
+    push: bool = True,
 ) -> dict[str, Any]:
     fleet = Fleet(address, channels=8)
     for c in range(connectors):
         await fleet.put(f"conn{c:02d}", tasks_each)
-    workers = fleet.add(n)
+    workers = fleet.add(n, push)
     cpu0 = coordinator.cpu_s()
     fleet.start(workers)
     took_s, epoch = await fleet.wait_settled(600)
@@ -249,6 +259,7 @@ async def all_join(
     await fleet.close()
     return {
         "workers": n,
+        "push": push,
         "tasks": connectors * tasks_each,
         "connectors": connectors,
         "heartbeat_interval_ms": interval_ms,
@@ -267,6 +278,11 @@ def main() -> int:
     p.add_argument("--big-workers", type=int, default=1000)
     p.add_argument("--big-interval-ms", type=int, default=1000, help="heartbeat interval for the all-join case")
     p.add_argument("--quick", action="store_true", help="10 and 100 workers, 2 joins (a smoke run)")
+    p.add_argument(
+        "--push-compare",
+        action="store_true",
+        help="push vs heartbeat-paced side by side at --interval-ms (e.g. 5000): one join, and all join at once",
+    )
     p.add_argument("--out", default=str(REPO / "bench" / "out" / "convergence.json"))
     args = p.parse_args()
     if args.quick:
@@ -275,6 +291,8 @@ def main() -> int:
     connectors, tasks_each = 10, 100
 
     results: dict[str, Any] = {}
+    if args.push_compare:
+        return push_compare(args, connectors, tasks_each)
     with tempfile.TemporaryDirectory(prefix="convergence-") as tmp:
         d1 = Path(tmp) / "join"
         d1.mkdir()
@@ -315,6 +333,49 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"\nwritten to {out}")
+    return 0
+
+
+def push_compare(args: argparse.Namespace, connectors: int, tasks_each: int) -> int:
+    """One join into the settled group and all joining at once, with push and heartbeat-paced, at the
+    same heartbeat interval, each on a fresh coordinator, in one run."""
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="convergence-push-") as tmp:
+        for push in (True, False):
+            name = "push" if push else "paced"
+            d = Path(tmp) / f"join-{name}"
+            d.mkdir()
+            coord = Coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
+            try:
+                results[f"one_joins_{name}"] = asyncio.run(
+                    one_joins(coord.address, args.workers, connectors, tasks_each, args.joins, args.interval_ms, push)
+                )
+            finally:
+                coord.stop()
+            d = Path(tmp) / f"all-{name}"
+            d.mkdir()
+            coord = Coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
+            try:
+                results[f"all_join_{name}"] = asyncio.run(
+                    all_join(coord.address, args.big_workers, connectors, tasks_each, args.interval_ms, coord, push)
+                )
+            finally:
+                coord.stop()
+    print(f"\nheartbeat interval {args.interval_ms} ms; {connectors * tasks_each} tasks")
+    print("| case | push | median s | max s | runs |")
+    print("|---|---|---:|---:|---:|")
+    for name in ("push", "paced"):
+        j = results[f"one_joins_{name}"]
+        print(f"| 1 joins {j['workers']} | {name} | {j['median_s']:.3f} | {j['max_s']:.3f} | {len(j['runs'])} |")
+    for name in ("push", "paced"):
+        a = results[f"all_join_{name}"]
+        print(f"| {a['workers']} join at once | {name} | {a['seconds']:.2f} | {a['seconds']:.2f} | 1 |")
+    ratio = results["one_joins_paced"]["median_s"] / results["one_joins_push"]["median_s"]
+    print(f"one join: push is {ratio:.0f}x faster than heartbeat pacing (medians)")
+    out = Path(args.out).with_name("convergence-push.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"written to {out}")
     return 0
 
 

@@ -87,6 +87,7 @@ class Stats:
     assignments_installed: int = 0
     effects: int = 0
     converged_ms: int | None = None
+    nudges: int = 0  # push nudges delivered to a worker (push scenarios)
     # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
     bad_checked: dict[str, int] = field(default_factory=dict)
 

@@ -93,6 +93,9 @@ class Simulation:
         self.bound_ms = convergence_bound_ms(scenario)
         self.converged_since: int | None = None
         self.done = False
+        # Half of the seeds run with push streams (SPEC §11): decided apart from the scenario's own
+        # draws, so a scenario is the same with or without them.
+        self.push = random.Random(f"{scenario.seed}/push").random() < 0.5
         self.node = CoordinatorNode(self, fresh_storage())
         self.net = Network(self)
         self.workers = [SimWorker(self, i) for i in range(len(scenario.workers))]

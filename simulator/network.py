@@ -27,6 +27,10 @@ class Network:
         self.last_chaos_delivery = 0
         # Per (worker, incarnation) connection: when its last request arrives (FIFO delivery).
         self._connection_clock: dict[tuple[int, int], int] = {}
+        # Push streams (push scenarios): the member id each (worker, incarnation) streams for. Nudges
+        # draw from their own generator: a scenario's other messages do not depend on them.
+        self._streams: dict[tuple[int, int], str] = {}
+        self._push_rng = random.Random(f"{sim.scenario.seed}/push-network")
 
     def _chaos(self, now: int) -> bool:
         return now < self.sim.scenario.fault_window_ms
@@ -124,6 +128,60 @@ class Network:
             return True
         self.sim.trace(f"C -> {w.name} {_describe_response(kind, response)}")
         w.on_response(kind, seq, response, now)
+        if self.sim.push:
+            self._open_stream(w, now)
+        return True
+
+    # -- push streams: nudges are hints, lost, delayed and duplicated like any message
+
+    def _open_stream(self, w: SimWorker, now: int, backoff_ms: int = 0) -> None:
+        """The SDK opens its stream once it has a member id (again after a rejoin); the coordinator's
+        first nudge on it makes the member heartbeat once."""
+        key, mid = (w.index, w.incarnation), w.member_id
+        if not w.up or not mid or self._streams.get(key) == mid:
+            return
+        self._streams[key] = mid
+        at = now + backoff_ms + self._push_rng.randint(1, 10)
+        self.sim.schedule(at, self._at_worker_nudge, w, w.incarnation, mid, "stream_opened")
+
+    def reconnect_streams(self, now: int) -> None:
+        """A restarted coordinator: every stream broke; each SDK reconnects after its backoff."""
+        self._streams.clear()
+        for w in self.sim.workers:
+            self._open_stream(w, now, backoff_ms=self._push_rng.randint(100, 5_000))
+
+    def nudge(self, member_ids: tuple[str, ...], reason: str, now: int) -> None:
+        by_member = {mid: (key, w) for w in self.sim.workers for key, mid in [((w.index, w.incarnation), w.member_id)]}
+        for mid in member_ids:
+            found = by_member.get(mid)
+            if found is None or self._streams.get(found[0]) != mid:
+                continue  # no stream open for that member
+            w = found[1]
+            if w.partitioned:
+                continue
+            rng = self._push_rng
+            if self._chaos(now) and rng.random() < self.spec.loss_response:
+                self.sim.trace(f"C -> {w.name} nudge ({reason}): LOST")
+                continue
+            copies = 2 if self._chaos(now) and rng.random() < self.spec.duplicate else 1
+            for _ in range(copies):
+                delay = rng.randint(1, 10)
+                if self._chaos(now) and rng.random() < self.spec.delay:
+                    delay += rng.randint(0, self.spec.max_delay_ms)
+                self.last_chaos_delivery = (
+                    max(self.last_chaos_delivery, now + delay) if self._chaos(now) else self.last_chaos_delivery
+                )
+                self.sim.schedule(now + delay, self._at_worker_nudge, w, w.incarnation, mid, reason)
+
+    def _at_worker_nudge(self, w: SimWorker, incarnation: int, member_id: str, reason: str, now: int) -> bool:
+        if not w.up or w.incarnation != incarnation or w.member is None or w.member_id != member_id:
+            return False
+        if w.partitioned or not self.sim.node.up:
+            return False
+        self.sim.stats.nudges += 1
+        self.sim.trace(f"C -> {w.name} nudge ({reason})")
+        if w.member.nudge(now):
+            w.drive(now)
         return True
 
 

@@ -94,6 +94,8 @@ class CoordinatorNode:
             )
         self.sim.stats.recoveries += 1
         self.sim.trace(f"coordinator loaded {len(records)} records; recovered state == committed state")
+        if self.sim.push:
+            self.sim.net.reconnect_streams(now)
         self._after(now)
         return True
 
@@ -198,6 +200,9 @@ class CoordinatorNode:
         machine = self.machine
         assert machine is not None
         machine.take_resolved()
+        for nudge in machine.take_nudges():
+            if self.sim.push:
+                self.sim.net.nudge(nudge.member_ids, nudge.reason, now)
         for job in machine.take_jobs():
             self._call_assignor(job, now)
         deadline = machine.next_deadline()

@@ -8,7 +8,8 @@ from typing import Any
 
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import Result
+from services.coordinator.core import Nudge, Result
+from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET
 from services.coordinator.records import (
     AssignorSpec,
     CurrentAssignment,
@@ -256,3 +257,37 @@ def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> Non
     job = result.effects[0]
     assert (job.group_id, job.group_epoch, job.request.assignor_name) == (G, 2, "incremental-cooperative")
     assert result.records[-1].event == EventType.ASSIGNMENT_REQUESTED
+
+
+# ---- push nudges (SPEC §11): returned as effects, never to the member whose request it is ----------
+
+
+def test_a_join_nudges_the_executor_to_compute_and_an_install_nudges_every_other_member() -> None:
+    ctx = Context()
+    ctx.put_connector("A", 2)
+    ctx.join()
+    ctx.compute("m1", {"m1": items("AC0", "AT0", "AT1")})
+    heartbeat(ctx, "m1")
+    joined = ctx.coordinator.heartbeat(join_request(ctx), ctx.now)
+    ctx._apply(joined)
+    assert joined.effects == [Nudge(G, ("m1",), NUDGE_COMPUTE)]  # not m2, whose answer says it all
+    prep = ctx.prepare("m1")
+    req = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
+        group_id=G, member_id="m1", member_epoch=ctx.group(G).members["m1"].member_epoch, group_epoch=prep.group_epoch
+    )
+    items("AC0", "AT0").to_proto(req.members.add(member_id="m1").connectors_and_tasks)
+    items("AT1").to_proto(req.members.add(member_id="m2").connectors_and_tasks)
+    installed = ctx.coordinator.install_assignment(req, ctx.now)
+    ctx._apply(installed)
+    assert installed.effects == [Nudge(G, ("m2",), NUDGE_TARGET)]  # the installer heartbeats on its own
+
+
+def test_an_acknowledged_revocation_nudges_the_member_waiting_for_the_items() -> None:
+    ctx = Context()
+    settled_two_members(ctx)
+    heartbeat(ctx, "m1")  # revocation of AT1 requested
+    waiting = heartbeat(ctx, "m2")  # m2 moves to the new epoch and waits for AT1
+    assert ctx.group(G).members["m2"].current.state == MemberState.UNRELEASED_ITEMS
+    assert waiting.effects == []
+    ack = heartbeat(ctx, "m1")
+    assert ack.effects == [Nudge(G, ("m2",), NUDGE_RELEASED)]

@@ -113,6 +113,15 @@ def test_heartbeat_prepare_install_need_read(stack: Stack) -> None:
     gone = admin.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["team-b"]), timeout=10).groups[0]
     assert gone.error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
+    # The push stream needs Read too: a denied one is refused in-band on its first message.
+    watch = coordinator_pb2.ConnectGroupWatchRequest(group_id="team-a", member_id=mid)
+    refused = list(ops.coord.ConnectGroupWatch(watch, timeout=10))
+    assert [n.error_code for n in refused] == [DENIED] and "User:ops" in refused[0].error_message
+    allowed = alice.coord.ConnectGroupWatch(watch, timeout=10)
+    first = next(iter(allowed))
+    assert first.error_code == ErrorCode.NONE and first.reason == "stream_opened"
+    allowed.cancel()
+
     # The install alice is allowed to make goes through.
     assert alice.install(mid, epoch, prepared.group_epoch, targets).error_code == ErrorCode.NONE
     assert snapshot(admin, "team-a") != before
