@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.common.items import Items, TaskId
 from services.coordinator.records import AssignorSpec
-from services.coordinator.state import Group, Member
+from services.coordinator.state import AssignorKey, Group, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
 
@@ -21,24 +21,27 @@ class AssignorSelectionError(Exception):
     pass
 
 
-def select_assignor(members: Iterable[list[AssignorSpec] | tuple[AssignorSpec, ...]]) -> str:
-    """The assignor every member supports, by the members' precedence (lowest total rank wins;
-    ties go to the first member's order); raises when there is none or the version ranges do not overlap."""
-    lists = [list(a) for a in members]
-    if not lists:
+def select_assignor_counted(lists: Mapping[AssignorKey, int], first: AssignorKey) -> str:
+    """The assignor every member supports, by the members' precedence (lowest total rank wins; ties
+    go to the first member's order); raises when there is none or the version ranges do not overlap.
+    The members' lists are given as distinct lists with their member counts (`first`: the first
+    member's list), so this takes time proportional to the number of distinct lists -- usually one
+    or two -- not to the group's size."""
+    present = [(key, n) for key, n in lists.items() if n > 0]
+    if not present:
         raise AssignorSelectionError("the group has no members")
-    common = set.intersection(*({a.name for a in lst} for lst in lists))
+    common = set.intersection(*({name for name, _, _ in key} for key, _ in present))
     if not common:
         raise AssignorSelectionError("no assignor is supported by every member")
-    ranks: dict[str, int] = {name: 0 for name in common}
-    for lst in lists:
-        for position, a in enumerate(lst):
-            if a.name in ranks:
-                ranks[a.name] += position
-    first_order = {a.name: i for i, a in enumerate(lists[0])}
+    ranks: dict[str, int] = dict.fromkeys(common, 0)
+    for key, n in present:
+        for position, (name, _, _) in enumerate(key):
+            if name in ranks:
+                ranks[name] += position * n
+    first_order = {name: i for i, (name, _, _) in enumerate(first)}
     for name in sorted(common, key=lambda n: (ranks[n], first_order[n])):
-        specs = [next(a for a in lst if a.name == name) for lst in lists]
-        if max(a.minimum_version for a in specs) <= min(a.maximum_version for a in specs):
+        ranges = [next((lo, hi) for nm, lo, hi in key if nm == name) for key, _ in present]
+        if max(lo for lo, _ in ranges) <= min(hi for _, hi in ranges):
             return name
     raise AssignorSelectionError(
         "the members' version ranges of every common assignor do not overlap: " + ", ".join(sorted(common))

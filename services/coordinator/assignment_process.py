@@ -17,7 +17,7 @@ from services.coordinator.assignment import (
     InvalidAssignment,
     build_snapshot,
     executor_candidates,
-    select_assignor,
+    select_assignor_counted,
     target_items,
     validate_result,
 )
@@ -37,6 +37,7 @@ from services.coordinator.records import (
 from services.coordinator.state import (
     Group,
     InFlightAssignment,
+    assignors_key,
 )
 from services.coordinator.timers import TimerKey, TimerKind
 
@@ -49,7 +50,10 @@ class AssignmentProcess(CoreBase):
         sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
 
     def _selected_assignor(self, group: Group) -> str:
-        return select_assignor([m.meta.assignors for m in group.members.values()])
+        first = next(iter(group.members.values()), None)
+        if first is None:
+            raise AssignorSelectionError("the group has no members")
+        return select_assignor_counted(group.assignor_lists, assignors_key(first.meta))
 
     def _maybe_start_assignment(self, sink: Sink, group: Group, now: int) -> None:
         if group.process.in_flight is not None or not group.members or group.epoch <= group.assignment_epoch:

@@ -12,7 +12,7 @@ from services.common.items import EMPTY, Items
 from services.coordinator import validation
 from services.coordinator.assignment import (
     AssignorSelectionError,
-    select_assignor,
+    select_assignor_counted,
 )
 from services.coordinator.config import (
     MAX_SIZE,
@@ -38,6 +38,7 @@ from services.coordinator.state import (
     STATIC_LEAVE_EPOCH,
     Group,
     Member,
+    assignors_key,
 )
 from services.coordinator.timers import TimerKey, TimerKind
 
@@ -181,7 +182,6 @@ class Membership(CoreBase):
             assignors=_assignors_from_proto(req.client_assignors),
             joined_ms=now,
         )
-        others = [m for m in group.members.values() if m is not replacing] if group is not None else []
         if group is not None and replacing is None:
             max_size = self._int_config(group, MAX_SIZE, self.config.max_size)
             if len(group.members) >= max_size:
@@ -195,7 +195,7 @@ class Membership(CoreBase):
                     f"group '{group.group_id}' has {len(group.members)} members: "
                     f"group.connect.max.members.per.group is {self.config.max_members_per_group}",
                 )
-        self._check_assignors(group, [m.meta.assignors for m in others] + [meta.assignors], meta.assignors)
+        self._check_assignors(group, replacing, meta)
         mid = req.member_id or self.new_member_id()
 
         if group is None:
@@ -279,8 +279,7 @@ class Membership(CoreBase):
         if req.HasField("client_assignors"):
             assignors = _assignors_from_proto(req.client_assignors)
             if assignors != meta.assignors:
-                others = [m.meta.assignors for m in group.members.values() if m is not member]
-                self._check_assignors(group, [*others, assignors], assignors)
+                self._check_assignors(group, member, replace(meta, assignors=assignors))
                 new = replace(new, assignors=assignors)
         if new is meta:
             return
@@ -293,15 +292,25 @@ class Membership(CoreBase):
     def _assignment_input(meta: MemberMetadataValue) -> tuple[Any, ...]:
         return (meta.url, meta.assignors)
 
-    def _check_assignors(
-        self, group: Group | None, all_assignors: list[tuple[AssignorSpec, ...]], own: tuple[AssignorSpec, ...]
-    ) -> None:
+    def _check_assignors(self, group: Group | None, leaving: Member | None, joining: MemberMetadataValue) -> None:
+        """Whether the group, with `joining`'s list in place of `leaving`'s (a join, a static member
+        taking its place back, a member changing its assignors), can still select an assignor -- and
+        one that someone can compute. Reads the group's counted lists: O(distinct lists), not O(members)."""
+        own = assignors_key(joining)
+        lists = dict(group.assignor_lists) if group is not None else {}
+        if leaving is not None:
+            key = assignors_key(leaving.meta)
+            lists[key] = lists.get(key, 0) - 1
+        lists[own] = lists.get(own, 0) + 1
+        first = own
+        if group is not None:
+            first = next((assignors_key(m.meta) for m in group.members.values() if m is not leaving), own)
         try:
-            name = select_assignor(all_assignors)
+            name = select_assignor_counted(lists, first)
         except AssignorSelectionError as e:
             raise ApiError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"client_assignors: {e}") from None
-        specs = [next(a for a in lst if a.name == name) for lst in all_assignors]
-        low, high = min(a.minimum_version for a in specs), max(a.maximum_version for a in specs)
+        ranges = [next((lo, hi) for nm, lo, hi in key if nm == name) for key, n in lists.items() if n > 0]
+        low, high = min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
         mode = self.assignment_mode(group)
         if mode == MODE_SERVICE:
             assert self.service_assignors is not None
@@ -318,10 +327,7 @@ class Membership(CoreBase):
                     f"client_assignors: the assignor service supports '{name}' versions {supported[0]}-{supported[1]}, "
                     f"the members use {low}-{high}",
                 )
-        elif not any(
-            a.name == name and a.minimum_version <= low and a.maximum_version >= high
-            for a in (x for lst in all_assignors for x in lst)
-        ):
+        elif not any(lo <= low and hi >= high for lo, hi in ranges):
             raise ApiError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR,
                 f"client_assignors: no worker supports every version of '{name}' in use ({low}-{high}), so none can compute the assignment",

@@ -34,6 +34,7 @@ from services.coordinator.records import (
 )
 
 ItemKey = str | TaskId
+AssignorKey = tuple[tuple[str, int, int], ...]
 
 
 class GroupState(enum.StrEnum):
@@ -144,6 +145,9 @@ class Group:
     owner: dict[ItemKey, str] = field(default_factory=dict)
     held_owner: dict[ItemKey, str] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
+    # The members' assignor lists (names and version ranges) with how many members have each:
+    # assignor selection reads this, not every member (a join costs the same at 10 and 10,000).
+    assignor_lists: dict[AssignorKey, int] = field(default_factory=dict)
     # Volatile: the assignment process (the computation in flight, failures, last error).
     process: AssignmentProcessState = field(default_factory=AssignmentProcessState)
     # Volatile: the last assignment epoch a `group_stable` event was written for.
@@ -219,6 +223,7 @@ class CoordinatorState:
                 if meta is None:
                     if member is not None:
                         self._set_owned(group, mid, member.owned, EMPTY)
+                        _count_assignors(group, member.meta, -1)
                         del group.members[mid]
                         if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
                             del group.static_members[member.meta.instance_id]
@@ -228,7 +233,9 @@ class CoordinatorState:
                 else:
                     if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
                         group.static_members.pop(member.meta.instance_id, None)
+                    _count_assignors(group, member.meta, -1)
                     member.meta = meta
+                _count_assignors(group, meta, 1)
                 if meta.instance_id:
                     group.static_members[meta.instance_id] = mid
             case CurrentAssignment(group_id=gid, member_id=mid, value=value):
@@ -296,6 +303,20 @@ class CoordinatorState:
             if held_by is not None:
                 raise InvariantViolation(f"{key} given to {mid} while still held for fenced member {held_by}")
             owner[key] = mid
+
+
+def assignors_key(meta: MemberMetadataValue) -> AssignorKey:
+    """What assignor selection reads of a member's list: names and version ranges, in its order."""
+    return tuple((a.name, a.minimum_version, a.maximum_version) for a in meta.assignors)
+
+
+def _count_assignors(group: Group, meta: MemberMetadataValue, delta: int) -> None:
+    key = assignors_key(meta)
+    n = group.assignor_lists.get(key, 0) + delta
+    if n:
+        group.assignor_lists[key] = n
+    else:
+        del group.assignor_lists[key]
 
 
 # ---- the durable view: what the stored records describe -------------------------------------------
