@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.common.items import Items, TaskId
-from services.coordinator.records import AssignorSpec
 from services.coordinator.state import AssignorKey, Group, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)

@@ -204,7 +204,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             stream = hub.open(request.group_id, request.member_id)
         except TooManyStreams as e:
             self.metrics.rpc_results.labels(method, "COORDINATOR_NOT_AVAILABLE").inc()
-            yield coordinator_pb2.ConnectGroupNudge(
+            yield coordinator_pb2.ConnectGroupWatchResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)
             )
             return
@@ -216,7 +216,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             while (reason := await stream.next()) is not None:
                 await hub.pace()
                 hub.sent(stream.key)
-                yield coordinator_pb2.ConnectGroupNudge(reason=reason)
+                yield coordinator_pb2.ConnectGroupWatchResponse(reason=reason)
         finally:
             hub.close(stream)
 
@@ -224,19 +224,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
         """The nudge that refuses a stream (unparsable, bad ids, not authorized), or None to open it."""
         if isinstance(request, Unparsable):
             self.metrics.unparsable_requests.labels(method).inc()
-            return coordinator_pb2.ConnectGroupNudge(
+            return coordinator_pb2.ConnectGroupWatchResponse(
                 error_code=ErrorCode.INVALID_REQUEST, error_message=f"the request does not parse: {request.error}"
             )
         try:
             validation.check_id(request.group_id, "group_id", cfg=self.core.config)
             validation.check_id(request.member_id, "member_id", cfg=self.core.config)
         except ApiError as e:
-            return coordinator_pb2.ConnectGroupNudge(error_code=e.code, error_message=e.message)
+            return coordinator_pb2.ConnectGroupWatchResponse(error_code=e.code, error_message=e.message)
         if self.authorizer.enabled:
             principal = peer_principal(context)
             if not self.authorizer.allowed(principal, method, request.group_id):
                 self._denied(method)
-                return coordinator_pb2.ConnectGroupNudge(
+                return coordinator_pb2.ConnectGroupWatchResponse(
                     error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
                     error_message=f"{principal} is not authorized to read group '{clip(request.group_id)}'",
                 )

@@ -15,7 +15,7 @@ class ConnectGroupWatchRequest(_message.Message):
     member_id: str
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
 
-class ConnectGroupNudge(_message.Message):
+class ConnectGroupWatchResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "reason")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]

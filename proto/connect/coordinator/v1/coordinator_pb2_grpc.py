@@ -53,7 +53,7 @@ class ConnectGroupCoordinatorStub:
         self.ConnectGroupWatch = channel.unary_stream(
                 '/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupWatch',
                 request_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.SerializeToString,
-                response_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.FromString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchResponse.FromString,
                 _registered_method=True)
 
 
@@ -113,7 +113,7 @@ def add_ConnectGroupCoordinatorServicer_to_server(servicer, server):
             'ConnectGroupWatch': grpc.unary_stream_rpc_method_handler(
                     servicer.ConnectGroupWatch,
                     request_deserializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.FromString,
-                    response_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.SerializeToString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -224,7 +224,7 @@ class ConnectGroupCoordinator:
             target,
             '/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupWatch',
             connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchRequest.SerializeToString,
-            connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupNudge.FromString,
+            connect_dot_coordinator_dot_v1_dot_coordinator__pb2.ConnectGroupWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
