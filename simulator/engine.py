@@ -12,7 +12,7 @@ it is one *step*, and the invariants are checked after every step:
   `next_wakeup_ms`), over a simulated transport; its *running set* is modelled from the effects the
   member emits (an item runs from the moment its start begins until its stop is complete);
   client-side assignments go Prepare -> `services.assignor.assign` -> Install through the same
-  transport, with the same helpers (`worker_sdk._assign`) and retry rules as the real client;
+  transport, driving the SDK's own sans-I/O `AssignmentFlow` (the one the real client drives);
 * the network loses, duplicates and delays (reorders) requests and responses, partitions workers,
   and refuses connections while the coordinator is down.
 

@@ -10,18 +10,18 @@ if TYPE_CHECKING:
     from simulator.engine import Simulation
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
 import services.assignor
-from connect.coordinator.v1 import assignor_pb2, coordinator_pb2
+from connect.coordinator.v1 import assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
 from simulator.scenario import (
     MAX_START_MS,
     MAX_STOP_MS,
 )
-from worker_sdk._assign import RETRIABLE_CODES, RETRY_LATER_CODES, assign_request, install_request, run_assignor
+from worker_sdk._assign import run_assignor
+from worker_sdk._assign_flow import AssignmentFlow, Compute, Done, SendInstall, SendPrepare, Wait
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
     EAGER,
@@ -38,20 +38,6 @@ from worker_sdk._member import (
 # ---- a worker -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _AssignFlow:
-    """One client-side assignment: Prepare -> assign -> Install, as worker_sdk._assign does it."""
-
-    task: AssignmentTask
-    deadline_ms: int
-    phase: str = "prepare"
-    rpc: int = 0
-    attempt: int = 0
-    prepared: coordinator_pb2.ConnectGroupPrepareAssignmentResponse | None = None
-    result: assignor_pb2.AssignResponse | None = None
-    install: coordinator_pb2.ConnectGroupInstallAssignmentRequest | None = None
-
-
 class SimWorker:
     def __init__(self, sim: Simulation, index: int) -> None:
         self.sim = sim
@@ -66,7 +52,8 @@ class SimWorker:
         # The worker's own view: every item whose start began and whose stop is not complete.
         self.active: Items = EMPTY
         self.effect: Effect | None = None
-        self.flow: _AssignFlow | None = None
+        self.flow: AssignmentFlow | None = None
+        self.flow_rpc = 0  # the id of the flow's request in flight (0: none)
         self.wake_gen = 0
         self.wake_at: int | None = None
         self.slow_stop_ms: int | None = None
@@ -252,93 +239,86 @@ class SimWorker:
         if kind == "heartbeat":
             m.on_heartbeat_failure(seq, now, why)
         else:
-            self._flow_failure(seq, now)
+            self._flow_failure(seq, now, why)
         self.drive(now)
 
-    # -- client-side assignment (worker_sdk._assign.compute_and_install, step by step)
+    # -- client-side assignment: the SDK's AssignmentFlow, driven over the simulated network
 
     def _begin_assignment(self, task: AssignmentTask, now: int) -> None:
+        assert self.member is not None
         self.sim.trace(f"{self.name} computes the assignment (member epoch {task.member_epoch})")
-        self.flow = _AssignFlow(task, now + self.spec.rebalance_timeout_ms)
-        self._send_flow(now)
+        self.flow = AssignmentFlow(
+            task,
+            deadline_ms=now + self.spec.rebalance_timeout_ms,
+            rpc_timeout_ms=self.member.request_timeout_ms(),
+            rng=self.rng,
+        )
+        self._step_flow(now)
 
-    def _send_flow(self, now: int) -> None:
+    def _step_flow(self, now: int) -> None:
+        """Do what the flow asks next (as compute_and_install does, with events instead of awaits)."""
         flow = self.flow
         assert flow is not None and self.member is not None
-        self.sim.rpc_ids += 1
-        flow.rpc = self.sim.rpc_ids
-        task = flow.task
-        request: Any
-        if flow.phase == "prepare":
-            request = coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
-                group_id=task.group_id, member_id=task.member_id, member_epoch=task.member_epoch
-            )
-        else:
-            request = flow.install
-        self.sim.net.request(self, flow.phase, flow.rpc, request, now)
-        timeout = self.member.request_timeout_ms()
-        self.sim.schedule(now + timeout, self._flow_timeout, self.incarnation, flow.rpc)
-
-    def _flow_timeout(self, incarnation: int, rpc: int, now: int) -> bool:
-        if incarnation != self.incarnation or self.flow is None or self.flow.rpc != rpc or self.member is None:
-            return False
-        self._flow_failure(rpc, now)
-        self.drive(now)
-        return True
-
-    def _flow_failure(self, rpc: int, now: int) -> None:
-        flow = self.flow
-        if flow is None or flow.rpc != rpc:
-            return
-        flow.rpc = 0
-        flow.attempt += 1
-        delay = min(100 * 2 ** min(flow.attempt - 1, 30), RETRY_BACKOFF_MAX_MS)
-        delay = round(delay * self.rng.uniform(0.8, 1.2))
-        if now + delay >= flow.deadline_ms:
-            self._finish_flow(AssignmentOutcome.ABANDONED, now, "deadline passed")
-            return
-        self.sim.schedule(now + delay, self._flow_retry, self.incarnation, flow)
-
-    def _flow_retry(self, incarnation: int, flow: _AssignFlow, now: int) -> bool:
-        if incarnation != self.incarnation or self.flow is not flow or self.member is None:
-            return False
-        self._send_flow(now)
-        return True
-
-    def _flow_response(self, kind: str, rpc: int, response: Any, now: int) -> None:
-        flow = self.flow
-        if flow is None or flow.rpc != rpc or kind != flow.phase:
-            return
-        code = response.error_code
-        if code in RETRIABLE_CODES:
-            self._flow_failure(rpc, now)
-            return
-        if code != ErrorCode.NONE:
-            outcome = AssignmentOutcome.RETRY if code in RETRY_LATER_CODES else AssignmentOutcome.ABANDONED
-            self._finish_flow(outcome, now, f"{kind}: {ErrorCode.Name(code)}")
-            return
-        if kind == "prepare":
-            flow.prepared = response
-            flow.rpc = 0
-            request = assign_request(flow.task.group_id, response)
-            flow.result = run_assignor(services.assignor.assign, request)
-            flow.install = install_request(flow.task, response.group_epoch, flow.result)
+        action = flow.next_action(now)
+        if isinstance(action, SendPrepare | SendInstall):
+            self.sim.rpc_ids += 1
+            self.flow_rpc = self.sim.rpc_ids
+            kind = "prepare" if isinstance(action, SendPrepare) else "install"
+            self.sim.net.request(self, kind, self.flow_rpc, action.request, now)
+            self.sim.schedule(now + int(action.timeout_ms), self._flow_timeout, self.incarnation, self.flow_rpc)
+        elif isinstance(action, Compute):
+            result = run_assignor(services.assignor.assign, action.request)
             if self.slow_compute_ms is not None:
                 duration, self.slow_compute_ms = self.slow_compute_ms, None
             else:
                 duration = self.rng.randint(0, 30)
-            self.sim.trace(f"{self.name} assigned epoch {response.group_epoch} in {duration} ms")
-            flow.phase = "install"
-            self.sim.schedule(now + duration, self._flow_retry, self.incarnation, flow)
-        else:
-            assert flow.result is not None
-            ok = flow.result.error == 0
-            self.sim.stats.assignments_installed += 1 if ok else 0
-            self._finish_flow(AssignmentOutcome.INSTALLED if ok else AssignmentOutcome.ABANDONED, now, "installed")
+            self.sim.trace(f"{self.name} assigned epoch {action.group_epoch} in {duration} ms")
+            self.sim.schedule(now + duration, self._flow_event, self.incarnation, flow, result)
+        elif isinstance(action, Wait):
+            self.sim.schedule(int(action.until_ms), self._flow_event, self.incarnation, flow, None)
+        elif isinstance(action, Done):
+            self.flow, self.flow_rpc = None, 0
+            if action.outcome == AssignmentOutcome.INSTALLED:
+                self.sim.stats.assignments_installed += 1
+            self.sim.trace(f"{self.name} assignment task {action.outcome} ({action.why})")
+            self.member.assignment_task_done(flow.task.seq, action.outcome, now)
 
-    def _finish_flow(self, outcome: AssignmentOutcome, now: int, why: str) -> None:
+    def _flow_event(
+        self, incarnation: int, flow: AssignmentFlow, result: assignor_pb2.AssignResponse | None, now: int
+    ) -> bool:
+        """A backoff ended (result None) or the computation finished."""
+        if incarnation != self.incarnation or self.flow is not flow or self.member is None:
+            return False
+        if result is not None:
+            flow.on_computed(result, now)
+        self._step_flow(now)
+        if self.flow is None:
+            self.drive(now)  # the deadline passed: the task is done and the member may have more to do
+        return True
+
+    def _flow_timeout(self, incarnation: int, rpc: int, now: int) -> bool:
+        if incarnation != self.incarnation or self.flow is None or self.flow_rpc != rpc or self.member is None:
+            return False
+        self._flow_failure(rpc, now, "timeout")
+        self.drive(now)
+        return True
+
+    def _flow_failure(self, rpc: int, now: int, why: str) -> None:
         flow = self.flow
-        assert flow is not None and self.member is not None
-        self.flow = None
-        self.sim.trace(f"{self.name} assignment task {outcome} ({why})")
-        self.member.assignment_task_done(flow.task.seq, outcome, now)
+        if flow is None or rpc != self.flow_rpc:
+            return
+        self.flow_rpc = 0
+        flow.on_transport_error(now, why)
+        self._step_flow(now)
+
+    def _flow_response(self, kind: str, rpc: int, response: Any, now: int) -> None:
+        flow = self.flow
+        if flow is None or rpc != self.flow_rpc:
+            return
+        if kind == "prepare":
+            accepted = flow.on_prepare_response(response, now)
+        else:
+            accepted = flow.on_install_response(response, now)
+        if accepted:
+            self.flow_rpc = 0
+            self._step_flow(now)

@@ -4,6 +4,8 @@ Public surface:
 
 * `Member` -- the sans-I/O member state machine (no sockets, no sleeps, no clock): drive it with
   any transport and any clock, e.g. a deterministic simulator. Its docstring is the API.
+* `AssignmentFlow` -- the sans-I/O client-side assignment (Prepare, compute, Install and their
+  retries) for the `AssignmentTask`s a `Member` hands out; `worker_sdk/_assign_flow.py` has its actions.
 * `ConnectWorkerClient` -- runs a `Member` over grpc.aio, with a `RebalanceListener`
   (async on_revoked / on_assigned / on_lost), client-side assignment, retries and metrics.
 * `WorkerMetrics` -- KIP-429 client rebalance metrics as Prometheus collectors.
@@ -14,6 +16,7 @@ Public surface:
 from services.common.items import EMPTY, Items, TaskId
 from services.common.tls import ClientTls
 from worker_sdk._assign import assign_request, compute_and_install, install_request
+from worker_sdk._assign_flow import AssignmentFlow
 from worker_sdk._assignors import local_assignors, parse_assignor, parse_assignors
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
 from worker_sdk._member import (
@@ -50,6 +53,7 @@ __all__ = [
     "LEAVE_EPOCH",
     "RETRIABLE_ERRORS",
     "STATIC_LEAVE_EPOCH",
+    "AssignmentFlow",
     "AssignmentOutcome",
     "AssignmentTask",
     "CallbackError",
