@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 INT32_MAX = 2**31 - 1
 
@@ -41,6 +41,10 @@ class ServerConfig:
     max_tasks_per_connector: int = 10_000
     # Largest rebalance_timeout_ms a member may ask for (Connect's rebalance.timeout.ms is 60 s).
     max_rebalance_timeout_ms: int = 3_600_000
+    # Push (SPEC §11): nudges sent per second over all streams (a change that concerns 1,000 members
+    # brings their heartbeats over half a second, not in one millisecond), and open streams at most.
+    push_nudges_per_second: int = 2_000
+    max_push_streams: int = 100_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -63,6 +67,8 @@ class ServerConfig:
         "group.connect.max.tasks.per.group": "max_tasks_per_group",
         "group.connect.max.tasks.per.connector": "max_tasks_per_connector",
         "group.connect.max.rebalance.timeout.ms": "max_rebalance_timeout_ms",
+        "group.connect.push.nudges.per.second": "push_nudges_per_second",
+        "group.connect.max.push.streams": "max_push_streams",
     }
 
     @classmethod
@@ -102,6 +108,8 @@ class ServerConfig:
             "max_tasks_per_group",
             "max_tasks_per_connector",
             "max_rebalance_timeout_ms",
+            "push_nudges_per_second",
+            "max_push_streams",
         ):
             if getattr(self, attr) < 1:
                 raise ValueError(f"{by_attr[attr]} must be >= 1")
@@ -109,10 +117,6 @@ class ServerConfig:
             raise ValueError("group.connect.max.id.length must be >= 36 (member ids are UUIDs)")
         if self.max_request_bytes > INT32_MAX:
             raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
-
-    def as_properties(self) -> dict[str, str]:
-        by_attr = {v: k for k, v in self.KEYS.items()}
-        return {by_attr[f.name]: str(getattr(self, f.name)) for f in fields(self) if f.name in by_attr}
 
 
 # Dynamic group configuration names (SPEC §2).

@@ -68,14 +68,15 @@ class TooManyStreams(Exception):
 
 
 class NudgeHub:
-    def __init__(self, metrics: CoordinatorMetrics, *, max_streams: int = 100_000, rate: float = 20_000.0) -> None:
+    def __init__(self, metrics: CoordinatorMetrics, *, max_streams: int = 100_000, rate: float = 2_000.0) -> None:
         self.metrics = metrics
         self.max_streams = max_streams
         self.rate = rate
         self._streams: dict[StreamKey, Stream] = {}
         # When each member was last nudged, until its next heartbeat (for the latency histogram).
         self._sent: dict[StreamKey, float] = {}
-        self._tokens = rate / 10
+        # A burst of a tenth of a second's worth (at least one): what a small group needs at once.
+        self._tokens = self._burst = max(1.0, rate / 10)
         self._refilled = time.monotonic()
         self._closing = False
 
@@ -120,7 +121,7 @@ class NudgeHub:
         """Wait for a token of the global nudge budget."""
         while True:
             now = time.monotonic()
-            self._tokens = min(self.rate / 10, self._tokens + (now - self._refilled) * self.rate)
+            self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self.rate)
             self._refilled = now
             if self._tokens >= 1:
                 self._tokens -= 1

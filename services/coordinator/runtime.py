@@ -122,7 +122,11 @@ class CoordinatorRuntime:
         self.metrics = metrics or CoordinatorMetrics()
         self.metrics.watch_state(lambda: self.coordinator.state)
         # Push streams (SPEC §11): nudges are sent once the change they announce is durable.
-        self.nudges = NudgeHub(self.metrics)
+        self.nudges = NudgeHub(
+            self.metrics,
+            max_streams=coordinator.config.max_push_streams,
+            rate=coordinator.config.push_nudges_per_second,
+        )
         if assignors is not None:
             # The core checks joins against the services' current names, updated after each discovery.
             assignors.on_change = coordinator.set_service_assignors
