@@ -313,7 +313,11 @@ class AssignmentProcess(CoreBase):
             latency_ms=now - inflight.started_ms,
             **service,
         )
-        sink.nudge(gid, group.members, NUDGE_TARGET)  # every member moves to the new assignment epoch
+        if group.epoch == inflight.group_epoch:
+            # Every member moves to the new assignment epoch. Not when the group has moved on
+            # already (joins arriving faster than assignments): another target follows at once, and
+            # nudging everyone for each would bring a storm of heartbeats; the last one nudges.
+            sink.nudge(gid, group.members, NUDGE_TARGET)
         self._after_change(sink, group, now)
 
     # ---- timers ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connect.coordinator.v1 import assignor_pb2
+from services.common.items import Items
 from services.coordinator.config import (
     ASSIGNMENT_MODE,
     HEARTBEAT_INTERVAL,
@@ -142,13 +143,17 @@ class CoreBase:
         overrides = group.configs if group is not None else {}
         return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
 
-    def _nudge_waiting(self, sink: Sink, group: Group) -> None:
-        """Items were released: nudge the members waiting for released items (UnreleasedItems)."""
-        sink.nudge(
-            group.group_id,
-            (mid for mid, m in group.members.items() if m.current.state == MemberState.UNRELEASED_ITEMS),
-            NUDGE_RELEASED,
-        )
+    def _nudge_waiting(self, sink: Sink, group: Group, released: Items) -> None:
+        """`released` are free now: nudge the members whose target has them and who wait for them
+        (UnreleasedItems). O(released items), whatever the group's size."""
+        waiting: dict[str, None] = {}
+        for key in released.item_keys():
+            mid = group.target_owner.get(key)
+            if mid is not None and mid not in waiting:
+                m = group.members.get(mid)
+                if m is not None and m.current.state == MemberState.UNRELEASED_ITEMS:
+                    waiting[mid] = None
+        sink.nudge(group.group_id, waiting, NUDGE_RELEASED)
 
     # ---- steps one part calls in another ----------------------------------------------------------
 

@@ -361,7 +361,7 @@ class Membership(CoreBase):
                 **before.revoking.names(),
             )
             self.timer.cancel(key)
-            self._nudge_waiting(sink, group)
+            self._nudge_waiting(sink, group, before.revoking)
         if after.state == MemberState.UNREVOKED_ITEMS and after.revoking != before.revoking:
             sink.event(
                 group,
@@ -479,7 +479,7 @@ class Membership(CoreBase):
             self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
         self._bump(sink, group, reason, mid)
         if owned and not (hold and release_at > now):
-            self._nudge_waiting(sink, group)  # its items are free at once
+            self._nudge_waiting(sink, group, owned)  # its items are free at once
 
     # ---- timers ---------------------------------------------------------------------------------
 
@@ -509,5 +509,5 @@ class Membership(CoreBase):
                 cause="fenced_session_elapsed",
                 **items.names(),
             )
-            self._nudge_waiting(sink, group)
+            self._nudge_waiting(sink, group, items)
         return False

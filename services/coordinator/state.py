@@ -144,6 +144,8 @@ class Group:
     # Derived indexes, maintained by replay.
     owner: dict[ItemKey, str] = field(default_factory=dict)
     held_owner: dict[ItemKey, str] = field(default_factory=dict)
+    # Item -> the member the target gives it to (whom to nudge when it is released).
+    target_owner: dict[ItemKey, str] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     # The members' assignor lists (names and version ranges) with how many members have each:
     # assignor selection reads this, not every member (a join costs the same at 10 and 10,000).
@@ -252,10 +254,15 @@ class CoordinatorState:
                     member.last_request_sequence = new.request_sequence
             case TargetMember(group_id=gid, member_id=mid, value=value):
                 group = self._group(gid)
-                if value is None:
-                    group.target_members.pop(mid, None)
-                else:
+                old_target = group.target_members.pop(mid, None)
+                if old_target is not None:
+                    for key in old_target.items.item_keys():
+                        if group.target_owner.get(key) == mid:
+                            del group.target_owner[key]
+                if value is not None:
                     group.target_members[mid] = value
+                    for key in value.items.item_keys():
+                        group.target_owner[key] = mid
             case TargetMetadata(group_id=gid, value=value):
                 self._group(gid).target = value if value is not None else TargetMetadataValue(assignment_epoch=0)
             case HeldAssignment(group_id=gid, member_id=mid, items=items):
@@ -321,13 +328,24 @@ def _count_assignors(group: Group, meta: MemberMetadataValue, delta: int) -> Non
 
 # ---- the durable view: what the stored records describe -------------------------------------------
 
-DURABLE_PARTS = ("meta", "members", "connectors", "configs", "target_members", "target", "held", "owner")
+DURABLE_PARTS = (
+    "meta",
+    "members",
+    "connectors",
+    "configs",
+    "target_members",
+    "target",
+    "held",
+    "owner",
+    "target_owner",
+    "assignor_lists",
+)
 
 
 def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
     """The durable state of every group -- what its stored records replay to (volatile state such as
-    session deadlines, timers and the assignment in flight excluded) -- plus the ownership index that
-    replay derives from it. Recovery checks compare these: memory, committed and stored must agree."""
+    session deadlines, timers and the assignment in flight excluded) -- plus the indexes replay
+    derives from it (owners, target owners, counted assignor lists). Recovery checks compare these: memory, committed and stored must agree."""
     out: dict[str, tuple[Any, ...]] = {}
     for gid, g in sorted(state.groups.items()):
         out[gid] = (
@@ -339,6 +357,8 @@ def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
             g.target,
             dict(sorted(g.held.items())),
             dict(g.owner),
+            dict(g.target_owner),
+            dict(g.assignor_lists),
         )
     return out
 
