@@ -256,7 +256,8 @@ def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> Non
     assert [type(e).__name__ for e in result.effects] == ["ServiceAssignment"]
     job = result.effects[0]
     assert (job.group_id, job.group_epoch, job.request.assignor_name) == (G, 2, "incremental-cooperative")
-    assert result.records[-1].event == EventType.ASSIGNMENT_REQUESTED
+    last = result.records[-1]
+    assert isinstance(last, RebalanceEvent) and last.event == EventType.ASSIGNMENT_REQUESTED
 
 
 # ---- push nudges (SPEC §11): returned as effects, never to the member whose request it is ----------
