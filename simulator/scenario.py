@@ -270,48 +270,57 @@ def _fault_events(
     service: bool,
 ) -> list[Event]:
     """The events of one fault of `kind` at `at` (on worker `w` where it names one); may change `connectors`."""
-    out: list[Event] = []
+    if kind in (WORKER_CRASH, WORKER_STOP, PARTITION, SLOW_REVOKE, SLOW_COMPUTE, REASON):
+        return _worker_fault(rng, kind, at, w, spec, session)
+    return _group_fault(rng, kind, at, connectors, service)
+
+
+def _worker_fault(rng: random.Random, kind: str, at: int, w: int, spec: WorkerSpec, session: int) -> list[Event]:
     if kind == WORKER_CRASH:
-        out.append(Event(at, WORKER_CRASH, w))
+        events = [Event(at, WORKER_CRASH, w)]
         if rng.random() < 0.85:
-            out.append(Event(at + rng.randint(50, 4_000), WORKER_START, w))
-    elif kind == WORKER_STOP:
+            events.append(Event(at + rng.randint(50, 4_000), WORKER_START, w))
+        return events
+    if kind == WORKER_STOP:
         temporary = spec.static and rng.random() < 0.7
-        out.append(Event(at, WORKER_STOP, w, (temporary,)))
+        events = [Event(at, WORKER_STOP, w, (temporary,))]
         if rng.random() < 0.85:
-            out.append(Event(at + rng.randint(50, 3_000), WORKER_START, w))
-    elif kind == PARTITION:
-        out.append(Event(at, PARTITION, w))
+            events.append(Event(at + rng.randint(50, 3_000), WORKER_START, w))
+        return events
+    if kind == PARTITION:
+        events = [Event(at, PARTITION, w)]
         if rng.random() < 0.9:
-            out.append(Event(at + rng.randint(100, 2 * session), HEAL, w))
-    elif kind == COORD_CRASH:
-        phase = rng.choice(("now", "after_handle", "after_handle", "after_write", "after_write"))
-        target = "request" if rng.random() < 0.7 else "any"
-        out.append(Event(at, COORD_CRASH, -1, (phase, rng.choice((0, rng.randint(1, 3_000))), target)))
-    elif kind == SLOW_REVOKE:
+            events.append(Event(at + rng.randint(100, 2 * session), HEAL, w))
+        return events
+    if kind == SLOW_REVOKE:
         # Slower than the rebalance timeout when the worker's safety margin leaves room for it.
         longest = max_slow_stop_ms(spec)
         shortest = min(longest, spec.rebalance_timeout_ms + 1)
-        out.append(Event(at, SLOW_REVOKE, w, (rng.randint(max(MAX_STOP_MS, shortest), max(MAX_STOP_MS, longest)),)))
-    elif kind == SLOW_COMPUTE:
-        out.append(Event(at, SLOW_COMPUTE, w, (spec.rebalance_timeout_ms + rng.randint(1, 1_000),)))
-    elif kind == REASON:
-        out.append(Event(at, REASON, w))
-    elif kind == PUT_CONNECTOR:
+        return [Event(at, SLOW_REVOKE, w, (rng.randint(max(MAX_STOP_MS, shortest), max(MAX_STOP_MS, longest)),))]
+    if kind == SLOW_COMPUTE:
+        return [Event(at, SLOW_COMPUTE, w, (spec.rebalance_timeout_ms + rng.randint(1, 1_000),))]
+    return [Event(at, REASON, w)]
+
+
+def _group_fault(rng: random.Random, kind: str, at: int, connectors: dict[str, int], service: bool) -> list[Event]:
+    if kind == COORD_CRASH:
+        phase = rng.choice(("now", "after_handle", "after_handle", "after_write", "after_write"))
+        target = "request" if rng.random() < 0.7 else "any"
+        return [Event(at, COORD_CRASH, -1, (phase, rng.choice((0, rng.randint(1, 3_000))), target))]
+    if kind == PUT_CONNECTOR:
         name = rng.choice(_CONNECTORS)
         connectors[name] = rng.randint(0, 5)
-        out.append(Event(at, PUT_CONNECTOR, -1, (name, connectors[name])))
-    elif kind == DELETE_CONNECTOR:
-        out.append(Event(at, DELETE_CONNECTOR, -1, (rng.choice(_CONNECTORS),)))
-    elif kind == ALTER_CONFIG:
-        out.append(Event(at, ALTER_CONFIG, -1, _random_config(rng, service)))
-    elif kind == BAD_REQUEST:
+        return [Event(at, PUT_CONNECTOR, -1, (name, connectors[name]))]
+    if kind == DELETE_CONNECTOR:
+        return [Event(at, DELETE_CONNECTOR, -1, (rng.choice(_CONNECTORS),))]
+    if kind == ALTER_CONFIG:
+        return [Event(at, ALTER_CONFIG, -1, _random_config(rng, service))]
+    if kind == BAD_REQUEST:
         from simulator.adversarial import KINDS
 
-        out.append(Event(at, BAD_REQUEST, -1, (rng.choice(KINDS), rng.randrange(2**31))))
-    elif kind == ASSIGNOR_FAULT:
-        out.append(Event(at, ASSIGNOR_FAULT, -1, (rng.choice(("fail", "error", "lost", "slow")),)))
-    return out
+        return [Event(at, BAD_REQUEST, -1, (rng.choice(KINDS), rng.randrange(2**31)))]
+    assert kind == ASSIGNOR_FAULT, kind
+    return [Event(at, ASSIGNOR_FAULT, -1, (rng.choice(("fail", "error", "lost", "slow")),))]
 
 
 def _random_config(rng: random.Random, service: bool) -> tuple[str, str | None]:

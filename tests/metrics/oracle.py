@@ -96,7 +96,7 @@ class _Revocation:
     items: set[str] = field(default_factory=set)
 
 
-def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # noqa: C901  # one event at a time, a state machine per item, epoch and member (see the docstring)
     """rows: dicts with the rebalance_events columns (details as stored: JSON text or dict)."""
     last_t: dict[str, int] = {}
     inc: dict[str, int] = defaultdict(int)
