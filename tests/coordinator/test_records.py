@@ -9,7 +9,7 @@ from typing import Any
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import Nudge, Result
-from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET
+from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET, ServiceAssignment
 from services.coordinator.records import (
     AssignorSpec,
     CurrentAssignment,
@@ -256,6 +256,7 @@ def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> Non
     ctx._apply(result)
     assert [type(e).__name__ for e in result.effects] == ["ServiceAssignment"]
     job = result.effects[0]
+    assert isinstance(job, ServiceAssignment)
     assert (job.group_id, job.group_epoch, job.request.assignor_name) == (G, 2, "incremental-cooperative")
     last = result.records[-1]
     assert isinstance(last, RebalanceEvent) and last.event == EventType.ASSIGNMENT_REQUESTED
