@@ -92,11 +92,12 @@ up: setup ## set up, then run the system locally in the foreground (scripts/up.s
 
 test: setup lint pytest ## set up, then every check and every test
 
-lint: setup ## ruff, ruff format, mypy, generated stubs current, buf lint, buf format
+lint: setup ## ruff, ruff format, mypy, no private imports across packages, generated stubs current, buf lint, buf format
 	@$(STEP); fail=0; \
 	step "ruff check" $(BIN)/ruff check . || fail=1; \
 	step "ruff format --check" $(BIN)/ruff format --check . || fail=1; \
 	step "mypy" $(BIN)/mypy || fail=1; \
+	step "no private imports across packages" $(BIN)/python scripts/check_imports.py || fail=1; \
 	step "proto stubs current" $(BIN)/python scripts/gen_proto.py --check || fail=1; \
 	step "buf lint" $(BUF) lint || fail=1; \
 	step "buf format" $(BUF) format --diff --exit-code || fail=1; \

@@ -178,7 +178,7 @@ async def load(
             i += in_flight
 
     await asyncio.gather(*(worker(k) for k in range(in_flight)))
-    await channel.close()
+    await channel.close(None)
     if errors:
         raise RuntimeError(f"{errors} heartbeats answered with an error")
     return len(latencies), latencies

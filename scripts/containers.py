@@ -99,7 +99,7 @@ def run(
     out = subprocess.run(list(cmd), env=engine_env(), text=True, **kw)  # type: ignore[call-overload]
     if check and out.returncode != 0:
         raise Failure(f"'{' '.join(cmd[:3])} ...' failed with exit status {out.returncode}")
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 def image_exists(ref: str) -> bool:

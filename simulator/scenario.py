@@ -14,7 +14,7 @@ import base64
 import json
 import random
 import zlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Defaults of one CI scenario: the target number of steps of its fault phase.
@@ -40,24 +40,6 @@ DELETE_CONNECTOR = "delete_connector"  # args (name,)
 ALTER_CONFIG = "alter_config"  # args (name, value or None to delete)
 ASSIGNOR_FAULT = "assignor_fault"  # args (kind,): the next service assignment "fails", "errors", is "lost" or "slow"
 BAD_REQUEST = "bad_request"  # args (kind, subseed): a malformed / adversarial request (see adversarial.py)
-
-EVENT_KINDS = (
-    WORKER_START,
-    WORKER_CRASH,
-    WORKER_STOP,
-    PARTITION,
-    HEAL,
-    COORD_CRASH,
-    COORD_START,
-    SLOW_REVOKE,
-    SLOW_COMPUTE,
-    REASON,
-    PUT_CONNECTOR,
-    DELETE_CONNECTOR,
-    ALTER_CONFIG,
-    ASSIGNOR_FAULT,
-    BAD_REQUEST,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,49 +244,7 @@ def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
         kind = rng.choices(names, weights)[0]
         at = rng.randint(200, max(201, window - 1))
         w = rng.randrange(n_workers)
-        spec = workers[w]
-        if kind == WORKER_CRASH:
-            events.append(Event(at, WORKER_CRASH, w))
-            if rng.random() < 0.85:
-                events.append(Event(at + rng.randint(50, 4_000), WORKER_START, w))
-        elif kind == WORKER_STOP:
-            temporary = spec.static and rng.random() < 0.7
-            events.append(Event(at, WORKER_STOP, w, (temporary,)))
-            if rng.random() < 0.85:
-                events.append(Event(at + rng.randint(50, 3_000), WORKER_START, w))
-        elif kind == PARTITION:
-            events.append(Event(at, PARTITION, w))
-            if rng.random() < 0.9:
-                events.append(Event(at + rng.randint(100, 2 * session), HEAL, w))
-        elif kind == COORD_CRASH:
-            phase = rng.choice(("now", "after_handle", "after_handle", "after_write", "after_write"))
-            target = "request" if rng.random() < 0.7 else "any"
-            events.append(Event(at, COORD_CRASH, -1, (phase, rng.choice((0, rng.randint(1, 3_000))), target)))
-        elif kind == SLOW_REVOKE:
-            # Slower than the rebalance timeout when the worker's safety margin leaves room for it.
-            longest = max_slow_stop_ms(spec)
-            shortest = min(longest, spec.rebalance_timeout_ms + 1)
-            events.append(
-                Event(at, SLOW_REVOKE, w, (rng.randint(max(MAX_STOP_MS, shortest), max(MAX_STOP_MS, longest)),))
-            )
-        elif kind == SLOW_COMPUTE:
-            events.append(Event(at, SLOW_COMPUTE, w, (spec.rebalance_timeout_ms + rng.randint(1, 1_000),)))
-        elif kind == REASON:
-            events.append(Event(at, REASON, w))
-        elif kind == PUT_CONNECTOR:
-            name = rng.choice(_CONNECTORS)
-            connectors[name] = rng.randint(0, 5)
-            events.append(Event(at, PUT_CONNECTOR, -1, (name, connectors[name])))
-        elif kind == DELETE_CONNECTOR:
-            events.append(Event(at, DELETE_CONNECTOR, -1, (rng.choice(_CONNECTORS),)))
-        elif kind == ALTER_CONFIG:
-            events.append(Event(at, ALTER_CONFIG, -1, _random_config(rng, service)))
-        elif kind == BAD_REQUEST:
-            from simulator.adversarial import KINDS
-
-            events.append(Event(at, BAD_REQUEST, -1, (rng.choice(KINDS), rng.randrange(2**31))))
-        elif kind == ASSIGNOR_FAULT:
-            events.append(Event(at, ASSIGNOR_FAULT, -1, (rng.choice(("fail", "error", "lost", "slow")),)))
+        events += _fault_events(rng, kind, at, w, workers[w], connectors, session, service)
     events.sort(key=lambda e: e.at_ms)
     return Scenario(
         seed=seed,
@@ -317,6 +257,70 @@ def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
         fault_window_ms=window,
         events=tuple(events),
     )
+
+
+def _fault_events(
+    rng: random.Random,
+    kind: str,
+    at: int,
+    w: int,
+    spec: WorkerSpec,
+    connectors: dict[str, int],
+    session: int,
+    service: bool,
+) -> list[Event]:
+    """The events of one fault of `kind` at `at` (on worker `w` where it names one); may change `connectors`."""
+    if kind in (WORKER_CRASH, WORKER_STOP, PARTITION, SLOW_REVOKE, SLOW_COMPUTE, REASON):
+        return _worker_fault(rng, kind, at, w, spec, session)
+    return _group_fault(rng, kind, at, connectors, service)
+
+
+def _worker_fault(rng: random.Random, kind: str, at: int, w: int, spec: WorkerSpec, session: int) -> list[Event]:
+    if kind == WORKER_CRASH:
+        events = [Event(at, WORKER_CRASH, w)]
+        if rng.random() < 0.85:
+            events.append(Event(at + rng.randint(50, 4_000), WORKER_START, w))
+        return events
+    if kind == WORKER_STOP:
+        temporary = spec.static and rng.random() < 0.7
+        events = [Event(at, WORKER_STOP, w, (temporary,))]
+        if rng.random() < 0.85:
+            events.append(Event(at + rng.randint(50, 3_000), WORKER_START, w))
+        return events
+    if kind == PARTITION:
+        events = [Event(at, PARTITION, w)]
+        if rng.random() < 0.9:
+            events.append(Event(at + rng.randint(100, 2 * session), HEAL, w))
+        return events
+    if kind == SLOW_REVOKE:
+        # Slower than the rebalance timeout when the worker's safety margin leaves room for it.
+        longest = max_slow_stop_ms(spec)
+        shortest = min(longest, spec.rebalance_timeout_ms + 1)
+        return [Event(at, SLOW_REVOKE, w, (rng.randint(max(MAX_STOP_MS, shortest), max(MAX_STOP_MS, longest)),))]
+    if kind == SLOW_COMPUTE:
+        return [Event(at, SLOW_COMPUTE, w, (spec.rebalance_timeout_ms + rng.randint(1, 1_000),))]
+    return [Event(at, REASON, w)]
+
+
+def _group_fault(rng: random.Random, kind: str, at: int, connectors: dict[str, int], service: bool) -> list[Event]:
+    if kind == COORD_CRASH:
+        phase = rng.choice(("now", "after_handle", "after_handle", "after_write", "after_write"))
+        target = "request" if rng.random() < 0.7 else "any"
+        return [Event(at, COORD_CRASH, -1, (phase, rng.choice((0, rng.randint(1, 3_000))), target))]
+    if kind == PUT_CONNECTOR:
+        name = rng.choice(_CONNECTORS)
+        connectors[name] = rng.randint(0, 5)
+        return [Event(at, PUT_CONNECTOR, -1, (name, connectors[name]))]
+    if kind == DELETE_CONNECTOR:
+        return [Event(at, DELETE_CONNECTOR, -1, (rng.choice(_CONNECTORS),))]
+    if kind == ALTER_CONFIG:
+        return [Event(at, ALTER_CONFIG, -1, _random_config(rng, service))]
+    if kind == BAD_REQUEST:
+        from simulator.adversarial import KINDS
+
+        return [Event(at, BAD_REQUEST, -1, (rng.choice(KINDS), rng.randrange(2**31)))]
+    assert kind == ASSIGNOR_FAULT, kind
+    return [Event(at, ASSIGNOR_FAULT, -1, (rng.choice(("fail", "error", "lost", "slow")),))]
 
 
 def _random_config(rng: random.Random, service: bool) -> tuple[str, str | None]:
@@ -333,7 +337,3 @@ def _random_config(rng: random.Random, service: bool) -> tuple[str, str | None]:
     if name == "scheduled.rebalance.max.delay.ms":
         return (name, str(rng.choice((0, 300, 1_000, MAX_SCHEDULED_DELAY_MS))))
     return (name, rng.choice(("service", "worker")))
-
-
-def without_events(s: Scenario, keep: list[Event]) -> Scenario:
-    return replace(s, events=tuple(keep))

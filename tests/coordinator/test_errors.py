@@ -51,7 +51,9 @@ def join_request(**fields: object) -> HeartbeatRequest:
     return req
 
 
-def assignor(name: str = "incremental-cooperative", lo: int = 1, hi: int = 2, version: int = 2, reason: int = 0):  # type: ignore[no-untyped-def]
+def assignor(
+    name: str = "incremental-cooperative", lo: int = 1, hi: int = 2, version: int = 2, reason: int = 0
+) -> common_pb2.ClientAssignors:
     return common_pb2.ClientAssignors(
         assignors=[
             common_pb2.Assignor(name=name, minimum_version=lo, maximum_version=hi, version=version, reason=reason)
@@ -318,7 +320,8 @@ def assigning_group() -> tuple[Context, int]:
     """A stable group in which a new connector makes W1 (the previous executor) compute again."""
     ctx = stable_group()
     ctx.put_connector("C", 1)
-    assert ctx.group().in_flight is not None and ctx.group().in_flight.executor == "W1"
+    in_flight = ctx.group().in_flight
+    assert in_flight is not None and in_flight.executor == "W1"
     return ctx, ctx.group().members["W1"].member_epoch
 
 
@@ -329,7 +332,9 @@ def prepare(ctx: Context, gid: str, mid: str, epoch: int) -> coordinator_pb2.Con
     )
 
 
-def install(ctx: Context, gid: str, mid: str, epoch: int, group_epoch: int, **kw: object):  # type: ignore[no-untyped-def]
+def install(
+    ctx: Context, gid: str, mid: str, epoch: int, group_epoch: int, **kw: object
+) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
     return ctx.call(
         "install_assignment",
         coordinator_pb2.ConnectGroupInstallAssignmentRequest(
@@ -356,16 +361,18 @@ def test_prepare_and_install_errors(gid: str, mid: str, epoch_delta: int, code: 
     ctx, epoch = assigning_group()
     ge = ctx.group().epoch
     with unchanged(ctx):
-        r = prepare(ctx, gid, mid, epoch + epoch_delta)
-        assert r.error_code == code, r
-        assert r.group_epoch == 0 and len(r.members) == 0
-    assert not ctx.group().in_flight.prepared  # type: ignore[union-attr]
+        prepared = prepare(ctx, gid, mid, epoch + epoch_delta)
+        assert prepared.error_code == code, prepared
+        assert prepared.group_epoch == 0 and len(prepared.members) == 0
+    in_flight = ctx.group().in_flight
+    assert in_flight is not None and not in_flight.prepared
     # Install is checked the same way (even once the chosen member has prepared).
     assert prepare(ctx, "g", "W1", epoch).error_code == ErrorCode.NONE
     with unchanged(ctx):
-        r = install(ctx, gid, mid, epoch + epoch_delta, ge)
-        assert r.error_code == code, r
-    assert ctx.group().in_flight is not None and ctx.group().in_flight.executor == "W1"  # type: ignore[union-attr]
+        installed = install(ctx, gid, mid, epoch + epoch_delta, ge)
+        assert installed.error_code == code, installed
+    in_flight = ctx.group().in_flight
+    assert in_flight is not None and in_flight.executor == "W1"
 
 
 def test_prepare_and_install_when_nothing_is_being_computed() -> None:

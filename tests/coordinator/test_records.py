@@ -9,7 +9,7 @@ from typing import Any
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import Nudge, Result
-from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET
+from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET, ServiceAssignment
 from services.coordinator.records import (
     AssignorSpec,
     CurrentAssignment,
@@ -29,6 +29,7 @@ from services.coordinator.records import (
     TargetMetadataValue,
 )
 from services.coordinator.state import NO_ASSIGNMENT
+from services.coordinator.timers import TimerKey, TimerKind
 from tests.coordinator.harness import IC, Context, assignors_proto, items
 
 G = "g"
@@ -187,7 +188,7 @@ def test_a_move_revokes_first_and_the_acknowledgement_releases_the_item() -> Non
             event(ctx, EventType.REVOCATION_REQUESTED, "m1", 2, items=1, **revoking.names()),
         ],
     )
-    assert ctx.coordinator.timer.deadline(("revocation", G, "m1")) == 5_000 + 30_000
+    assert ctx.coordinator.timer.deadline(TimerKey(TimerKind.REVOCATION, G, "m1")) == 5_000 + 30_000
     ctx.now = 6_000
     ack = heartbeat(ctx, "m1")  # owned = what it still runs: the revoked task is gone
     assert_records(
@@ -204,7 +205,7 @@ def test_a_move_revokes_first_and_the_acknowledgement_releases_the_item() -> Non
             event(ctx, EventType.MEMBER_EPOCH_ADVANCED, "m1", epoch, previous=2),
         ],
     )
-    assert ctx.coordinator.timer.deadline(("revocation", G, "m1")) is None
+    assert ctx.coordinator.timer.deadline(TimerKey(TimerKind.REVOCATION, G, "m1")) is None
 
 
 def test_a_stale_epoch_fences_the_member_and_holds_its_work() -> None:
@@ -245,7 +246,7 @@ def test_a_stale_epoch_fences_the_member_and_holds_its_work() -> None:
         ],
     )
     assert fenced.records[4] == GroupMetadata(G, GroupMetadataValue(g.epoch, g.meta.group_type, g.meta.created_ms))
-    assert ctx.coordinator.timer.deadline(("held", G, "m1")) == session
+    assert ctx.coordinator.timer.deadline(TimerKey(TimerKind.HELD, G, "m1")) == session
 
 
 def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> None:
@@ -255,8 +256,10 @@ def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> Non
     ctx._apply(result)
     assert [type(e).__name__ for e in result.effects] == ["ServiceAssignment"]
     job = result.effects[0]
+    assert isinstance(job, ServiceAssignment)
     assert (job.group_id, job.group_epoch, job.request.assignor_name) == (G, 2, "incremental-cooperative")
-    assert result.records[-1].event == EventType.ASSIGNMENT_REQUESTED
+    last = result.records[-1]
+    assert isinstance(last, RebalanceEvent) and last.event == EventType.ASSIGNMENT_REQUESTED
 
 
 # ---- push nudges (SPEC §11): returned as effects, never to the member whose request it is ----------

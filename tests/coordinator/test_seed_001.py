@@ -7,6 +7,7 @@ stays in the group too).
 
 from __future__ import annotations
 
+from connect.coordinator.v1 import common_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.coordinator.records import EventType
@@ -108,9 +109,7 @@ def test_w1_then_w2_join() -> None:
     ctx.check_recovery()
 
 
-def ctx_items(msg):  # type: ignore[no-untyped-def]
-    from services.common.items import Items
-
+def ctx_items(msg: common_pb2.ConnectorsAndTasks) -> Items:
     return Items.from_proto(msg)
 
 

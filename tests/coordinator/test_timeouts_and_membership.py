@@ -4,7 +4,9 @@ membership (leave, static temporary leave and rejoin), group states, dynamic con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
@@ -31,13 +33,13 @@ def pending(r: ConnectGroupHeartbeatResponse) -> Items:
     return Items.from_proto(r.assignment.pending)
 
 
-def stable_group(ctx: Context | None = None, **join_kw: dict[str, object]) -> Context:
+def stable_group(ctx: Context | None = None, /, **join_kw: Mapping[str, Any]) -> Context:
     """W1 (A, A-0) and W2 (A-1, B), converged. W1 computed the target."""
     ctx = ctx or Context()
     ctx.put_connector("A", 2)
     ctx.put_connector("B", 0)
-    ctx.join("W1", **join_kw.get("W1", {}))  # type: ignore[arg-type]
-    ctx.join("W2", **join_kw.get("W2", {}))  # type: ignore[arg-type]
+    ctx.join("W1", **join_kw.get("W1", {}))
+    ctx.join("W2", **join_kw.get("W2", {}))
     ctx.compute("W1", {"W1": W1_ITEMS, "W2": W2_ITEMS})
     ctx.converge()
     assert ctx.snapshot()["state"] == "Stable"
@@ -518,8 +520,8 @@ def test_connector_changes_bump_the_epoch() -> None:
     e = ctx.group().epoch
     assert ctx.put_connector("A", 2).group_epoch == e  # unchanged
     assert ctx.put_connector("A", 1).group_epoch == e + 1  # task count changed
-    r = ctx.put_connector("C", 3)
-    assert r.error_code == ErrorCode.NONE and r.group_epoch == e + 2
+    put = ctx.put_connector("C", 3)
+    assert put.error_code == ErrorCode.NONE and put.group_epoch == e + 2
     assert ctx.delete_connector("B").group_epoch == e + 3
     reasons = [ev.details["reason"] for ev in ctx.events(EventType.GROUP_EPOCH_BUMPED)][-3:]
     assert reasons == ["task_count_changed", "connector_added", "connector_removed"]

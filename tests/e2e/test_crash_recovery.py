@@ -31,8 +31,8 @@ def test_sigkill_mid_reconciliation_then_recover(database_url: str) -> None:
         c.heartbeat("W2", e1)
         before = c.view()
         assert before["state"] == "Reconciling"
-        assert before["members"]["W1"][1] == "UnrevokedItems"  # type: ignore[index]
-        assert before["members"]["W2"][4] == str(B_ITEMS)  # type: ignore[index]
+        assert before["members"]["W1"][1] == "UnrevokedItems"
+        assert before["members"]["W2"][4] == str(B_ITEMS)
         c.close()
     finally:
         first.kill()

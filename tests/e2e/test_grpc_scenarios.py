@@ -75,20 +75,20 @@ def test_worker_leaving_with_delayed_rebalance(coordinator: CoordinatorProcess) 
         c.heartbeat(m, 0)
     epoch = c.describe().group_epoch
     w1, w2, w3 = Items.of(["A"], [("A", 0)]), Items.of(["B"], [("B", 0), ("B", 1)]), Items.of([], [("A", 1)])
-    prep = c.prepare("W1", c.view()["members"]["W1"][0])  # type: ignore[index]
+    prep = c.prepare("W1", c.view()["members"]["W1"][0])
     assert prep.error_code == ErrorCode.NONE, prep
     assert (
         c.install("W1", prep.members[0].member_epoch, prep.group_epoch, {"W1": w1, "W2": w2, "W3": w3}).error_code
         == ErrorCode.NONE
     )
     for m in members:
-        c.heartbeat(m, c.view()["members"][m][0])  # type: ignore[index]
+        c.heartbeat(m, c.view()["members"][m][0])
     assert c.view()["state"] == "Stable"
 
     # Only W1 and W3 keep heartbeating; W2's session (2 s) expires.
     def beat() -> None:
         for m in ("W1", "W3"):
-            r = c.heartbeat(m, c.view()["members"][m][0])  # type: ignore[index]
+            r = c.heartbeat(m, c.view()["members"][m][0])
             if r.error_code == ErrorCode.COMPUTE_ASSIGNMENT:
                 prep = c.prepare(m, r.member_epoch)
                 live = {x.member_id for x in prep.members}
@@ -112,13 +112,13 @@ def test_worker_leaving_with_delayed_rebalance(coordinator: CoordinatorProcess) 
     while time.monotonic() < deadline:
         beat()
         view = c.view()
-        if view["state"] == "Stable" and set(view["members"]) == {"W1", "W3"} and "B" in view["members"]["W1"][2]:  # type: ignore[index,operator]
+        if view["state"] == "Stable" and set(view["members"]) == {"W1", "W3"} and "B" in view["members"]["W1"][2]:
             break
         time.sleep(0.1)
     view = c.view()
     assert set(view["members"]) == {"W1", "W3"}
-    assert view["members"]["W1"][2] == str(w1 | Items.of(["B"]))  # type: ignore[index]
-    assert view["members"]["W3"][2] == str(w3 | Items.of([], [("B", 0), ("B", 1)]))  # type: ignore[index]
+    assert view["members"]["W1"][2] == str(w1 | Items.of(["B"]))
+    assert view["members"]["W3"][2] == str(w3 | Items.of([], [("B", 0), ("B", 1)]))
     assert view["state"] == "Stable"
     # Epochs: W2 expired (+1), the delayed rebalance fired (+1).
     assert view["group_epoch"] == epoch + 2

@@ -9,15 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from connect.coordinator.v1 import admin_pb2
+from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, all_items
-from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
+from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess, GroupView
 from tests.fixtures.net import free_port
 
 
@@ -77,7 +77,7 @@ class Workers:
         assert r.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), r
         self._apply(member, r)
 
-    def _apply(self, member: str, r) -> None:  # type: ignore[no-untyped-def]
+    def _apply(self, member: str, r: coordinator_pb2.ConnectGroupHeartbeatResponse) -> None:
         self.epoch[member] = r.member_epoch
         if r.HasField("assignment"):
             self.running[member] = Items.from_proto(r.assignment.assigned)
@@ -105,7 +105,7 @@ class Workers:
                 assert key not in seen, f"{key} runs on {seen[key]} and {m}"
                 seen[key] = m
 
-    def until(self, members: list[str], predicate, timeout_s: float = 30.0) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    def until(self, members: list[str], predicate: Callable[[GroupView], bool], timeout_s: float = 30.0) -> GroupView:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.beat(members)
@@ -116,7 +116,7 @@ class Workers:
         raise AssertionError(f"not reached in {timeout_s}s: {self.client.view()}")
 
 
-def stable_with(members: set[str]):  # type: ignore[no-untyped-def]
+def stable_with(members: set[str]) -> Callable[[GroupView], bool]:
     return lambda v: v["state"] == "Stable" and set(v["members"]) == members
 
 
@@ -167,8 +167,8 @@ def test_worker_leaving_held_for_the_delay_then_reassigned(stack: tuple[Coordina
     view = w.until(["W1", "W3"], lambda v: v["state"] == "Stable" and v["group_epoch"] == epoch + 2, timeout_s=30)
     assert time.monotonic() - left_at >= 3.0
     assert (w.running["W1"] | w.running["W3"]) == ALL
-    for m in ("W1", "W3"):  # sticky: what they ran before stays where it was
-        assert before[m].issubset(w.running[m])
+    for mid in ("W1", "W3"):  # sticky: what they ran before stays where it was
+        assert before[mid].issubset(w.running[mid])
     assert w2_items.issubset(w.running["W1"] | w.running["W3"])
     c.close()
 

@@ -96,7 +96,7 @@ class _Revocation:
     items: set[str] = field(default_factory=set)
 
 
-def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # noqa: C901  # one event at a time, a state machine per item, epoch and member (see the docstring)
     """rows: dicts with the rebalance_events columns (details as stored: JSON text or dict)."""
     last_t: dict[str, int] = {}
     inc: dict[str, int] = defaultdict(int)
@@ -212,9 +212,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             prev = latest_epoch.get((gid, inc[gid]))
             if prev is not None and prev.stable_at is None:
                 prev.superseded = True
-            e = _Epoch(gid, r["group_epoch"], t, d.get("reason"), member, bump_id=eid)
-            epochs[epoch_key(gid, r["group_epoch"])] = e
-            latest_epoch[(gid, inc[gid])] = e
+            bumped = _Epoch(gid, r["group_epoch"], t, d.get("reason"), member, bump_id=eid)
+            epochs[epoch_key(gid, r["group_epoch"])] = bumped
+            latest_epoch[(gid, inc[gid])] = bumped
         elif ev == "assignment_requested":
             e = epochs.get(epoch_key(gid, r["group_epoch"]))
             if e is not None and e.requested_at is None:
@@ -292,7 +292,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
             }
         )
 
-    group_epochs = [
+    group_epochs: list[dict[str, Any]] = [
         {
             "group_id": e.group_id,
             "group_epoch": e.epoch,
@@ -323,11 +323,11 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
     for (gid, hour), c in counts.items():
         hour_row(gid, hour)["counts"] = c
-    for e in group_epochs:
-        h = hour_row(e["group_id"], e["bumped_at"] // HOUR * HOUR)
-        h["moved"] += e["moved_items"]
-        if e["time_to_stable_ms"] is not None:
-            h["tts"].append(e["time_to_stable_ms"])
+    for row in group_epochs:
+        h = hour_row(row["group_id"], row["bumped_at"] // HOUR * HOUR)
+        h["moved"] += row["moved_items"]
+        if row["time_to_stable_ms"] is not None:
+            h["tts"].append(row["time_to_stable_ms"])
     for x in downtime:
         if x["_is_task"] and x["downtime_ms"] is not None:
             hour_row(x["group_id"], x["_event_t"] // HOUR * HOUR)["down_ms"] += x["downtime_ms"]

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pyspark
 
@@ -97,7 +98,9 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
         while time.monotonic() < deadline:
             for p in procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"a Spark daemon exited ({p.args[1]}); see the logs in {workdir}")
+                    raise RuntimeError(
+                        f"a Spark daemon exited ({cast(list[str], p.args)[1]}); see the logs in {workdir}"
+                    )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
                     alive = int(json.load(r).get("aliveworkers", 0))

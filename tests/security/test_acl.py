@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -270,7 +270,7 @@ def test_super_user_may_do_everything_and_denials_are_counted_by_method(stack: S
     assert any("denied User:dave Read on group 'anything-goes'" in line for line in stack.proc.output)
 
 
-def _eventually(check, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+def _eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline, "condition not met"

@@ -187,7 +187,7 @@ def test_a_flood_of_oversized_and_unparsable_requests_leaves_the_server_healthy_
             if i % 10 == 0:  # (a refused message costs the client ~0.2 s: fewer of them)
                 with pytest.raises(grpc.RpcError) as err:
                     raw(over, timeout=10)
-                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+                assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             answer = coordinator_pb2.ConnectGroupHeartbeatResponse.FromString(raw(garbage, timeout=10))
             assert answer.error_code == ErrorCode.INVALID_REQUEST and "does not parse" in answer.error_message
 

@@ -125,7 +125,7 @@ def _with(msg: Message, path: str, value: str) -> Message:
     return copy
 
 
-def bad_requests() -> list[tuple[str, Message, type, list[str]]]:
+def bad_requests() -> list[tuple[str, Message, type[Message], list[str]]]:
     """(method path, a valid request, response type, the string fields to spoil)."""
     owned = common_pb2.ConnectorsAndTasks(connectors=["V"], tasks=[common_pb2.ConnectorTaskId(connector="V", task=0)])
     join = coordinator_pb2.ConnectGroupHeartbeatRequest(

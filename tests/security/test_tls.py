@@ -63,17 +63,17 @@ def _refused(channel: grpc.Channel) -> grpc.RpcError:
 
 def test_a_plaintext_client_is_refused(tls_coordinator: Tls) -> None:
     err = _refused(grpc.insecure_channel(tls_coordinator.address))
-    assert err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_mtls_refuses_a_client_without_a_certificate_or_with_one_of_another_ca(tls_coordinator: Tls, pki: Pki) -> None:
-    assert _refused(pki.channel(tls_coordinator.address, None)).code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-    assert _refused(pki.channel(tls_coordinator.address, "stranger")).code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert _refused(pki.channel(tls_coordinator.address, None)).code() == grpc.StatusCode.UNAVAILABLE
+    assert _refused(pki.channel(tls_coordinator.address, "stranger")).code() == grpc.StatusCode.UNAVAILABLE
     # A client that does not trust the server's CA refuses it too.
     alice = pki.clients["alice"]
     wrong_trust = ClientTls(str(pki.other_ca.ca_file), str(alice.cert), str(alice.key))
     assert _refused(grpc.secure_channel(tls_coordinator.address, wrong_trust.credentials())).code() == (
-        grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        grpc.StatusCode.UNAVAILABLE
     )
     # The same request with a certificate of the right CA works.
     with pki.channel(tls_coordinator.address, "alice") as ok:
@@ -116,7 +116,7 @@ def test_rotation_new_connections_get_the_new_certificate_without_a_restart(tls_
     pki.other_ca.issue("alice", stem="rotating-alice").cert.replace(client.cert)  # wrong CA now...
     pki.other_ca.dir.joinpath("rotating-alice.key").replace(client.key)
     assert _refused(grpc.secure_channel(tls_coordinator.address, tls.credentials())).code() == (
-        grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        grpc.StatusCode.UNAVAILABLE
     )
 
 
@@ -126,7 +126,7 @@ def test_health_port_is_plaintext_and_serves_only_health_and_reflection_is_off(t
         assert status == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as err:
             _list(ch)
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     with pki.channel(tls_coordinator.address, "alice") as ch:
         # The health service over TLS too, but no reflection under TLS unless --reflection.
         assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status == status
@@ -135,7 +135,7 @@ def test_health_port_is_plaintext_and_serves_only_health_and_reflection_is_off(t
             list(
                 stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
             )
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:

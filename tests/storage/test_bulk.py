@@ -36,7 +36,7 @@ def test_20k_rows_round_trip(storage: Storage) -> None:
     assert storage.load() == [first[0], *first[1::2], *first[2::2]]
     # Rewriting every row (the upsert path) and deleting half of them in one batch.
     second = _member_rows(epoch=2)
-    deletes = [CurrentAssignment("big", f"m{i:05d}", None) for i in range(0, N, 2)]
+    deletes: list[Record] = [CurrentAssignment("big", f"m{i:05d}", None) for i in range(0, N, 2)]
     storage.write(second + deletes)
     loaded = storage.load()
     assert len(loaded) == 1 + N + N // 2

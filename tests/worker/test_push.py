@@ -42,7 +42,7 @@ def worker(address: str, name: str, seed: int, push: bool = True) -> ReferenceWo
     return ReferenceWorker(address, GROUP, name=name, rng=random.Random(seed), push=push)
 
 
-async def join_one(address: str, watch: Watch, admin: Admin, name: str, seed: int, push: bool) -> float:
+async def join_one(address: str, watch: PushWatch, admin: Admin, name: str, seed: int, push: bool) -> float:
     """Start one more worker into the settled group; seconds until everything is settled again."""
     joined = time.monotonic()
     new = worker(address, name, seed, push)

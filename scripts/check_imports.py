@@ -1,0 +1,147 @@
+"""No imports of private modules or names across packages (run by `make lint`).
+
+A name or module whose last dotted part starts with one underscore (`_member`, `_apply`; not
+dunders) is private to the package that holds it: `worker_sdk._member` and `worker_sdk._member.X`
+belong to `worker_sdk`, `services.coordinator.core._helper` to `services.coordinator`. A module may
+import it only from inside that package (subpackages included). Everything else goes through the
+package's public surface, e.g. `from worker_sdk import Member`, not `from worker_sdk._member import
+Member`.
+
+Checked: every module under the project's packages below (function-level imports included).
+tests/ are white-box and may import anything, so they are not checked; nor is scripts/.
+
+    python scripts/check_imports.py [ROOT]     # exit 0 clean, 1 with one line per offending import
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("services", "worker_sdk", "simulator", "jobs", "bench")
+# Imports that may name another package's private parts: the first-party roots plus the proto stubs.
+FIRST_PARTY = (*PACKAGES, "connect")
+SOURCE_ROOTS = (".", "proto")  # where first-party packages live (as [tool.ruff] src)
+
+# Files that may still import other packages' private parts, each to be removed when it is fixed. An
+# entry that no longer needs it is reported too, so the list only shrinks.
+ALLOWED: frozenset[str] = frozenset(
+    {
+        # issue 11: being rewritten in parallel (worker_sdk._assign, worker_sdk._member and the new
+        # assignment flow); their names are exported from worker_sdk once the rewrite settles.
+        "simulator/worker.py",
+        "simulator/checkers.py",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str  # relative to the root, with /
+    line: int
+    target: str  # the private module or name, dotted (a module's private part for `from M import ...`)
+    owner: str  # the package it is private to
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}:{self.line}: imports {self.target}, private to package {self.owner}; "
+            f"import it from {self.owner}'s public modules (export it there if needed)"
+        )
+
+
+def is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def module_name(root: Path, path: Path) -> tuple[str, bool]:
+    """The dotted name of the module at `path` and whether it is a package (`__init__.py`)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def _is_package(root: Path, dotted: str) -> bool:
+    return any((root / src / Path(*dotted.split("."))).is_dir() for src in SOURCE_ROOTS)
+
+
+def owner_of(root: Path, target: str) -> str | None:
+    """The package `target` is private to, or None when no part of it is private."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if i > 0 and is_private(part):
+            container = ".".join(parts[:i])
+            # A private name inside a module belongs to the module's package.
+            return container if _is_package(root, container) else ".".join(parts[: i - 1]) or container
+    return None
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imported(module: str, is_package: bool, tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, dotted target) for every import in `tree`: modules, and module.name for `from` imports."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            source = _resolve(module, is_package, node)
+            for alias in node.names:
+                yield node.lineno, source if alias.name == "*" else f"{source}.{alias.name}"
+
+
+def check_file(root: Path, path: Path) -> list[Violation]:
+    module, is_package = module_name(root, path)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    rel = path.relative_to(root).as_posix()
+    found: dict[tuple[int, str], Violation] = {}
+    for line, target in imported(module, is_package, tree):
+        if target.split(".")[0] not in FIRST_PARTY:
+            continue
+        owner = owner_of(root, target)
+        if owner is None or module == owner or module.startswith(owner + "."):
+            continue
+        # Report the private part itself: `worker_sdk._member`, not `worker_sdk._member.Member`.
+        parts = target.split(".")
+        first = next(i for i, p in enumerate(parts) if i > 0 and is_private(p))
+        private = ".".join(parts[: first + 1])
+        found.setdefault((line, private), Violation(rel, line, private, owner))
+    return list(found.values())
+
+
+def check(root: Path, allowed: frozenset[str] = ALLOWED) -> tuple[list[Violation], list[str]]:
+    """The violations outside the allowed files, and the allowed files that need it no more."""
+    violations: list[Violation] = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            violations.extend(check_file(root, path))
+    used = {v.path for v in violations}
+    return [v for v in violations if v.path not in allowed], sorted(allowed - used)
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
+    violations, stale = check(root)
+    for v in violations:
+        print(v)
+    for path in stale:
+        print(
+            f"scripts/check_imports.py: {path} imports no private part of another package any more; remove it from ALLOWED"
+        )
+    if violations or stale:
+        print(f"{len(violations)} private import(s) across packages; {len(stale)} stale ALLOWED file(s)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
