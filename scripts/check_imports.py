@@ -28,14 +28,7 @@ SOURCE_ROOTS = (".", "proto")  # where first-party packages live (as [tool.ruff]
 
 # Files that may still import other packages' private parts, each to be removed when it is fixed. An
 # entry that no longer needs it is reported too, so the list only shrinks.
-ALLOWED: frozenset[str] = frozenset(
-    {
-        # issue 11: being rewritten in parallel (worker_sdk._assign, worker_sdk._member and the new
-        # assignment flow); their names are exported from worker_sdk once the rewrite settles.
-        "simulator/worker.py",
-        "simulator/checkers.py",
-    }
-)
+ALLOWED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from services.common.items import EMPTY, all_items
 from services.coordinator.records import MemberState as CoordMemberState
 from services.coordinator.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
 from simulator.base import GROUP, Violation
-from worker_sdk._member import MemberState
+from worker_sdk import MemberState
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
@@ -114,22 +114,9 @@ def convergence_problem(sim: Simulation) -> str | None:
     for w in sim.workers:
         if not w.up:
             continue
-        m = w.member
-        assert m is not None
-        if w.leaving or m.state != MemberState.STABLE:
-            return f"{w.name} is {'leaving' if w.leaving else m.state}"
-        if m.effect_outstanding is not None:
-            return f"{w.name} is still starting or stopping work"
-        deadline = m.safety_deadline_ms()
-        if deadline is None or deadline - m.session_timeout_ms + m.safety_margin_ms() < sim.scenario.fault_window_ms:
-            return f"{w.name} has had no successful heartbeat since the faults stopped"
-        if m.running != m.assigned or m.pending or w.active != m.running:
-            return f"{w.name} runs {w.active}, assigned {m.assigned}, pending {m.pending}"
-        cm = group.members.get(m.member_id)
-        if cm is None or cm.current.assigned != m.running or cm.member_epoch != m.member_epoch:
-            return f"{w.name} ({m.member_id}@{m.member_epoch}) disagrees with the coordinator"
-        if cm.current.state != CoordMemberState.STABLE:
-            return f"{w.name} is {cm.current.state} at the coordinator"
+        problem = _worker_problem(sim, group, w)
+        if problem is not None:
+            return problem
         union = union | w.active
         total += len(w.active)
     expected = all_items(group.connectors)
@@ -141,6 +128,27 @@ def convergence_problem(sim: Simulation) -> str | None:
     ghosts = sorted(set(group.members) - live)
     if ghosts:
         return f"members {ghosts} are no live worker's (they will expire)"
+    return None
+
+
+def _worker_problem(sim: Simulation, group: Group, w: SimWorker) -> str | None:
+    """Why this live worker is not converged (None if it is)."""
+    m = w.member
+    assert m is not None
+    if w.leaving or m.state != MemberState.STABLE:
+        return f"{w.name} is {'leaving' if w.leaving else m.state}"
+    if m.effect_outstanding is not None:
+        return f"{w.name} is still starting or stopping work"
+    deadline = m.safety_deadline_ms()
+    if deadline is None or deadline - m.session_timeout_ms + m.safety_margin_ms() < sim.scenario.fault_window_ms:
+        return f"{w.name} has had no successful heartbeat since the faults stopped"
+    if m.running != m.assigned or m.pending or w.active != m.running:
+        return f"{w.name} runs {w.active}, assigned {m.assigned}, pending {m.pending}"
+    cm = group.members.get(m.member_id)
+    if cm is None or cm.current.assigned != m.running or cm.member_epoch != m.member_epoch:
+        return f"{w.name} ({m.member_id}@{m.member_epoch}) disagrees with the coordinator"
+    if cm.current.state != CoordMemberState.STABLE:
+        return f"{w.name} is {cm.current.state} at the coordinator"
     return None
 
 

@@ -168,49 +168,28 @@ class Simulation:
         if self.quiet:
             return False  # the faults have stopped (restarts due then happen at once, see _faults_stop)
         self.trace(f"EVENT {e}")
-        kind = e.kind
-        w = self.workers[e.w] if e.w >= 0 else None
-        if kind == WORKER_START:
-            assert w is not None
-            w.start(now)
-        elif kind == WORKER_CRASH:
-            assert w is not None
-            w.crash(now)
-        elif kind == WORKER_STOP:
-            assert w is not None
-            w.stop(now, bool(e.args[0]))
-        elif kind == PARTITION:
-            assert w is not None
-            w.partitioned = True
-        elif kind == HEAL:
-            assert w is not None
-            w.partitioned = False
-        elif kind == COORD_CRASH:
-            phase, downtime, target = str(e.args[0]), int(e.args[1]), str(e.args[2])
-            self.node.downtime_ms = downtime
-            self.node.crash_on_requests_only = target == "request"
-            if phase == "now":
-                self.node.crash(now, "killed")
-            elif self.node.up:
-                self.node.crash_phase = phase
-        elif kind == COORD_START:
+        if e.kind in WORKER_EVENTS:
+            WORKER_EVENTS[e.kind](self.workers[e.w], e, now)
+        elif e.kind == COORD_CRASH:
+            self._coordinator_crash(e, now)
+        elif e.kind == COORD_START:
             self.node.start(now)
-        elif kind == SLOW_REVOKE:
-            assert w is not None
-            w.slow_stop_ms = int(e.args[0])
-        elif kind == SLOW_COMPUTE:
-            assert w is not None
-            w.slow_compute_ms = int(e.args[0])
-        elif kind == REASON:
-            assert w is not None
-            w.bump_reason(now)
-        elif kind == ASSIGNOR_FAULT:
+        elif e.kind == ASSIGNOR_FAULT:
             self.node.assignor_faults.append(str(e.args[0]))
-        elif kind in (PUT_CONNECTOR, DELETE_CONNECTOR, ALTER_CONFIG):
+        elif e.kind in (PUT_CONNECTOR, DELETE_CONNECTOR, ALTER_CONFIG):
             self._admin(e, now)
-        elif kind == BAD_REQUEST:
+        elif e.kind == BAD_REQUEST:
             self._bad_request(str(e.args[0]), int(e.args[1]), now)
         return True
+
+    def _coordinator_crash(self, e: Event, now: int) -> None:
+        phase, downtime, target = str(e.args[0]), int(e.args[1]), str(e.args[2])
+        self.node.downtime_ms = downtime
+        self.node.crash_on_requests_only = target == "request"
+        if phase == "now":
+            self.node.crash(now, "killed")
+        elif self.node.up:
+            self.node.crash_phase = phase
 
     def _admin(self, e: Event, now: int) -> None:
         if not self.node.serving:
@@ -350,3 +329,28 @@ def quiet_logs() -> Iterator[None]:
 def run_scenario(scenario: Scenario, *, keep_trace: bool = False) -> RunResult:
     with quiet_logs():
         return Simulation(scenario, keep_trace=keep_trace).run()
+
+
+def _partition(w: SimWorker, on: bool) -> None:
+    w.partitioned = on
+
+
+def _slow_stop(w: SimWorker, ms: int) -> None:
+    w.slow_stop_ms = ms
+
+
+def _slow_compute(w: SimWorker, ms: int) -> None:
+    w.slow_compute_ms = ms
+
+
+# What each scheduled event of one worker does to it.
+WORKER_EVENTS: dict[str, Callable[[SimWorker, Event, int], None]] = {
+    WORKER_START: lambda w, e, now: w.start(now),
+    WORKER_CRASH: lambda w, e, now: w.crash(now),
+    WORKER_STOP: lambda w, e, now: w.stop(now, bool(e.args[0])),
+    PARTITION: lambda w, e, now: _partition(w, True),
+    HEAL: lambda w, e, now: _partition(w, False),
+    SLOW_REVOKE: lambda w, e, now: _slow_stop(w, int(e.args[0])),
+    SLOW_COMPUTE: lambda w, e, now: _slow_compute(w, int(e.args[0])),
+    REASON: lambda w, e, now: w.bump_reason(now),
+}

@@ -20,19 +20,24 @@ from simulator.scenario import (
     MAX_START_MS,
     MAX_STOP_MS,
 )
-from worker_sdk._assign import run_assignor
-from worker_sdk._assign_flow import AssignmentFlow, Compute, Done, SendInstall, SendPrepare, Wait
-from worker_sdk._member import (
+from worker_sdk import (
     DEFAULT_ASSIGNORS,
     EAGER,
+    AssignmentFlow,
     AssignmentOutcome,
     AssignmentTask,
     ClientAssignor,
+    Compute,
+    Done,
     Effect,
     Member,
     MemberConfig,
     MemberState,
+    SendInstall,
+    SendPrepare,
     StateChanged,
+    Wait,
+    run_assignor,
 )
 
 # ---- a worker -----------------------------------------------------------------------------------

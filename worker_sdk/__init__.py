@@ -15,8 +15,8 @@ Public surface:
 
 from services.common.items import EMPTY, Items, TaskId
 from services.common.tls import ClientTls
-from worker_sdk._assign import assign_request, compute_and_install, install_request
-from worker_sdk._assign_flow import AssignmentFlow
+from worker_sdk._assign import assign_request, compute_and_install, install_request, run_assignor
+from worker_sdk._assign_flow import AssignmentFlow, Compute, Done, SendInstall, SendPrepare, Wait
 from worker_sdk._assignors import local_assignors, parse_assignor, parse_assignors
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
 from worker_sdk._member import (
@@ -59,7 +59,9 @@ __all__ = [
     "CallbackError",
     "ClientAssignor",
     "ClientTls",
+    "Compute",
     "ConnectWorkerClient",
+    "Done",
     "Effect",
     "FatalError",
     "Items",
@@ -71,8 +73,11 @@ __all__ = [
     "RebalanceCompleted",
     "RebalanceListener",
     "ReferenceWorker",
+    "SendInstall",
+    "SendPrepare",
     "StateChanged",
     "TaskId",
+    "Wait",
     "WorkerMetrics",
     "assign_request",
     "compute_and_install",
@@ -80,4 +85,5 @@ __all__ = [
     "local_assignors",
     "parse_assignor",
     "parse_assignors",
+    "run_assignor",
 ]

@@ -53,92 +53,99 @@ def _error(code: int, message: str) -> int:
 
 
 def run(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
-    timeout = args.timeout
-    as_json = args.output == "json"
-    if args.command == "list":
-        resp = stub.ListGroups(
-            admin_pb2.ListGroupsRequest(states_filter=args.state or [], types_filter=args.type or []), timeout=timeout
+    return COMMANDS[args.command](args, stub)
+
+
+def _list(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    resp = stub.ListGroups(
+        admin_pb2.ListGroupsRequest(states_filter=args.state or [], types_filter=args.type or []), timeout=args.timeout
+    )
+    if resp.error_code:
+        return _error(resp.error_code, "listing groups failed")
+    print(
+        _as_json(resp)
+        if args.output == "json"
+        else _table([(g.group_id, g.group_type, g.group_state) for g in resp.groups], ["GROUP", "TYPE", "STATE"])
+    )
+    return EXIT_OK
+
+
+def _describe(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    if args.watch:
+        return _describe_watch(args, stub)
+    resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=args.timeout)
+    failed = [g for g in resp.groups if g.error_code]
+    if args.output == "json":
+        print(_as_json(resp))
+    else:
+        now_ms = int(time.time() * 1000)
+        blocks = [admin_views.render_group(g, now_ms) for g in resp.groups if not g.error_code]
+        if blocks:
+            print("\n\n".join(blocks))
+    for g in failed:
+        _error(g.error_code, g.error_message)
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _connectors(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    if args.action == "put":
+        resp = stub.PutConnector(
+            admin_pb2.PutConnectorRequest(group_id=args.group, connector=args.name, task_count=args.tasks),
+            timeout=args.timeout,
         )
+    else:
+        resp = stub.DeleteConnector(
+            admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.name), timeout=args.timeout
+        )
+    if resp.error_code:
+        return _error(resp.error_code, resp.error_message)
+    print(_as_json(resp) if args.output == "json" else f"ok: group {args.group} is now at epoch {resp.group_epoch}")
+    return EXIT_OK
+
+
+def _configs(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    as_json = args.output == "json"
+    if args.action == "describe":
+        resp = stub.DescribeConfigs(admin_pb2.DescribeConfigsRequest(group_id=args.group), timeout=args.timeout)
         if resp.error_code:
-            return _error(resp.error_code, "listing groups failed")
+            return _error(resp.error_code, resp.error_message)
         print(
             _as_json(resp)
             if as_json
-            else _table([(g.group_id, g.group_type, g.group_state) for g in resp.groups], ["GROUP", "TYPE", "STATE"])
+            else _table([(c.name, c.value, c.source) for c in resp.configs], ["NAME", "VALUE", "SOURCE"])
         )
         return EXIT_OK
-    if args.command == "describe":
-        if args.watch:
-            return _describe_watch(args, stub)
-        resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=timeout)
-        failed = [g for g in resp.groups if g.error_code]
-        if as_json:
-            print(_as_json(resp))
-        else:
-            now_ms = int(time.time() * 1000)
-            blocks = [admin_views.render_group(g, now_ms) for g in resp.groups if not g.error_code]
-            if blocks:
-                print("\n\n".join(blocks))
-        for g in failed:
-            _error(g.error_code, g.error_message)
-        return EXIT_ERROR if failed else EXIT_OK
-    if args.command == "connectors":
-        if args.action == "put":
-            resp = stub.PutConnector(
-                admin_pb2.PutConnectorRequest(group_id=args.group, connector=args.name, task_count=args.tasks),
-                timeout=timeout,
-            )
-        else:
-            resp = stub.DeleteConnector(
-                admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.name), timeout=timeout
-            )
-        if resp.error_code:
-            return _error(resp.error_code, resp.error_message)
-        print(_as_json(resp) if as_json else f"ok: group {args.group} is now at epoch {resp.group_epoch}")
-        return EXIT_OK
-    if args.command == "configs":
-        if args.action == "describe":
-            resp = stub.DescribeConfigs(admin_pb2.DescribeConfigsRequest(group_id=args.group), timeout=timeout)
-            if resp.error_code:
-                return _error(resp.error_code, resp.error_message)
-            print(
-                _as_json(resp)
-                if as_json
-                else _table([(c.name, c.value, c.source) for c in resp.configs], ["NAME", "VALUE", "SOURCE"])
-            )
-            return EXIT_OK
-        entries = []
-        for item in args.set or []:
-            key, sep, value = item.partition("=")
-            if not sep:
-                print(f"error: --set expects KEY=VALUE, got '{item}'", file=sys.stderr)
-                return EXIT_USAGE
-            entries.append(admin_pb2.ConfigEntry(name=key, value=value))
-        resp = stub.AlterConfigs(
-            admin_pb2.AlterConfigsRequest(group_id=args.group, set=entries, delete=args.delete or []), timeout=timeout
-        )
-        if resp.error_code:
-            return _error(resp.error_code, resp.error_message)
-        print(_as_json(resp) if as_json else "ok")
-        return EXIT_OK
-    if args.command == "events":
-        return _events(args, stub)
-    if args.command == "members":
-        who = admin_pb2.MemberIdentity(member_id=args.member_id or "", instance_id=args.instance_id or "")
-        resp = stub.RemoveMembers(admin_pb2.RemoveMembersRequest(group_id=args.group, members=[who]), timeout=timeout)
-        if resp.error_code:
-            return _error(resp.error_code, resp.error_message)
-        failed = [r for r in resp.results if r.error_code]
-        if as_json:
-            print(_as_json(resp))
-        else:
-            for r in resp.results:
-                if not r.error_code:
-                    print(f"ok: removed member {r.member_id} from group {args.group}, now at epoch {resp.group_epoch}")
-        for r in failed:
-            _error(r.error_code, r.error_message)
-        return EXIT_ERROR if failed else EXIT_OK
-    raise AssertionError(args.command)
+    entries = []
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --set expects KEY=VALUE, got '{item}'", file=sys.stderr)
+            return EXIT_USAGE
+        entries.append(admin_pb2.ConfigEntry(name=key, value=value))
+    altered = stub.AlterConfigs(
+        admin_pb2.AlterConfigsRequest(group_id=args.group, set=entries, delete=args.delete or []), timeout=args.timeout
+    )
+    if altered.error_code:
+        return _error(altered.error_code, altered.error_message)
+    print(_as_json(altered) if as_json else "ok")
+    return EXIT_OK
+
+
+def _members(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    who = admin_pb2.MemberIdentity(member_id=args.member_id or "", instance_id=args.instance_id or "")
+    resp = stub.RemoveMembers(admin_pb2.RemoveMembersRequest(group_id=args.group, members=[who]), timeout=args.timeout)
+    if resp.error_code:
+        return _error(resp.error_code, resp.error_message)
+    failed = [r for r in resp.results if r.error_code]
+    if args.output == "json":
+        print(_as_json(resp))
+    else:
+        for r in resp.results:
+            if not r.error_code:
+                print(f"ok: removed member {r.member_id} from group {args.group}, now at epoch {resp.group_epoch}")
+    for r in failed:
+        _error(r.error_code, r.error_message)
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def _events(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
@@ -254,6 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--instance-id", help="a static member's instance id")
     which.add_argument("--member-id", help="a member id (as shown by describe)")
     return p
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, admin_pb2_grpc.ConnectGroupAdminStub], int]] = {
+    "list": _list,
+    "describe": _describe,
+    "connectors": _connectors,
+    "configs": _configs,
+    "events": _events,
+    "members": _members,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

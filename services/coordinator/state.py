@@ -9,6 +9,7 @@ on every single state change, in tests, simulations and production alike.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,91 +204,102 @@ class CoordinatorState:
         self.groups: dict[str, Group] = {}
 
     def replay(self, record: Record) -> None:
-        match record:
-            case GroupMetadata(group_id=gid, value=value):
-                if value is None:
-                    self.groups.pop(gid, None)
-                else:
-                    group = self.groups.get(gid)
-                    if group is None:
-                        self.groups[gid] = Group(gid, value)
-                    else:
-                        group.meta = value
-            case ConnectorRecord(group_id=gid, connector=name, task_count=count):
-                group = self._group(gid)
-                if count is None:
-                    group.connectors.pop(name, None)
-                else:
-                    group.connectors[name] = count
-            case MemberMetadata(group_id=gid, member_id=mid, value=meta):
-                group = self._group(gid)
-                member = group.members.get(mid)
-                if meta is None:
-                    if member is not None:
-                        self._set_owned(group, mid, member.owned, EMPTY)
-                        _count_assignors(group, member.meta, -1)
-                        del group.members[mid]
-                        if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
-                            del group.static_members[member.meta.instance_id]
-                    return
-                if member is None:
-                    group.members[mid] = Member(mid, meta)
-                else:
-                    if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
-                        group.static_members.pop(member.meta.instance_id, None)
-                    _count_assignors(group, member.meta, -1)
-                    member.meta = meta
-                _count_assignors(group, meta, 1)
-                if meta.instance_id:
-                    group.static_members[meta.instance_id] = mid
-            case CurrentAssignment(group_id=gid, member_id=mid, value=value):
-                group = self._group(gid)
-                member = group.members.get(mid)
-                if member is None:
-                    if value is None:
-                        return
-                    raise InvariantViolation(f"assignment record for unknown member {mid} of group {gid}")
-                new = value if value is not None else NO_ASSIGNMENT
-                self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
-                member.current = new
-                if new.request_sequence > member.last_request_sequence:
-                    member.last_request_sequence = new.request_sequence
-            case TargetMember(group_id=gid, member_id=mid, value=value):
-                group = self._group(gid)
-                old_target = group.target_members.pop(mid, None)
-                if old_target is not None:
-                    for key in old_target.items.item_keys():
-                        if group.target_owner.get(key) == mid:
-                            del group.target_owner[key]
-                if value is not None:
-                    group.target_members[mid] = value
-                    for key in value.items.item_keys():
-                        group.target_owner[key] = mid
-            case TargetMetadata(group_id=gid, value=value):
-                self._group(gid).target = value if value is not None else TargetMetadataValue(assignment_epoch=0)
-            case HeldAssignment(group_id=gid, member_id=mid, items=items):
-                group = self._group(gid)
-                old = group.held.pop(mid, EMPTY)
-                for key in old.item_keys():
-                    if group.held_owner.get(key) == mid:
-                        del group.held_owner[key]
-                if items:
-                    for key in items.item_keys():
-                        holder = group.owner.get(key) or group.held_owner.get(key)
-                        if holder is not None and holder != mid:
-                            raise InvariantViolation(f"{key} held for fenced {mid} is owned by {holder}")
-                        group.held_owner[key] = mid
-                    group.held[mid] = items
-            case GroupConfig(group_id=gid, name=name, value=value):
-                group = self._group(gid)
-                if value is None:
-                    group.configs.pop(name, None)
-                else:
-                    group.configs[name] = value
-            case RebalanceEvent():
-                pass  # the event log is not state
-            case _:
-                raise TypeError(f"not a record: {record!r}")
+        """Apply one record (live handling and recovery alike)."""
+        apply = _REPLAY.get(type(record))
+        if apply is None:
+            raise TypeError(f"not a record: {record!r}")
+        apply(self, record)
+
+    def _group_metadata(self, r: GroupMetadata) -> None:
+        if r.value is None:
+            self.groups.pop(r.group_id, None)
+            return
+        group = self.groups.get(r.group_id)
+        if group is None:
+            self.groups[r.group_id] = Group(r.group_id, r.value)
+        else:
+            group.meta = r.value
+
+    def _connector(self, r: ConnectorRecord) -> None:
+        group = self._group(r.group_id)
+        if r.task_count is None:
+            group.connectors.pop(r.connector, None)
+        else:
+            group.connectors[r.connector] = r.task_count
+
+    def _member_metadata(self, r: MemberMetadata) -> None:
+        group, mid, meta = self._group(r.group_id), r.member_id, r.value
+        member = group.members.get(mid)
+        if meta is None:
+            if member is not None:
+                self._set_owned(group, mid, member.owned, EMPTY)
+                _count_assignors(group, member.meta, -1)
+                del group.members[mid]
+                if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
+                    del group.static_members[member.meta.instance_id]
+            return
+        if member is None:
+            group.members[mid] = Member(mid, meta)
+        else:
+            if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
+                group.static_members.pop(member.meta.instance_id, None)
+            _count_assignors(group, member.meta, -1)
+            member.meta = meta
+        _count_assignors(group, meta, 1)
+        if meta.instance_id:
+            group.static_members[meta.instance_id] = mid
+
+    def _current_assignment(self, r: CurrentAssignment) -> None:
+        group, mid = self._group(r.group_id), r.member_id
+        member = group.members.get(mid)
+        if member is None:
+            if r.value is None:
+                return
+            raise InvariantViolation(f"assignment record for unknown member {mid} of group {r.group_id}")
+        new = r.value if r.value is not None else NO_ASSIGNMENT
+        self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
+        member.current = new
+        if new.request_sequence > member.last_request_sequence:
+            member.last_request_sequence = new.request_sequence
+
+    def _target_member(self, r: TargetMember) -> None:
+        group, mid = self._group(r.group_id), r.member_id
+        old_target = group.target_members.pop(mid, None)
+        if old_target is not None:
+            for key in old_target.items.item_keys():
+                if group.target_owner.get(key) == mid:
+                    del group.target_owner[key]
+        if r.value is not None:
+            group.target_members[mid] = r.value
+            for key in r.value.items.item_keys():
+                group.target_owner[key] = mid
+
+    def _target_metadata(self, r: TargetMetadata) -> None:
+        self._group(r.group_id).target = r.value if r.value is not None else TargetMetadataValue(assignment_epoch=0)
+
+    def _held_assignment(self, r: HeldAssignment) -> None:
+        group, mid = self._group(r.group_id), r.member_id
+        old = group.held.pop(mid, EMPTY)
+        for key in old.item_keys():
+            if group.held_owner.get(key) == mid:
+                del group.held_owner[key]
+        if r.items:
+            for key in r.items.item_keys():
+                holder = group.owner.get(key) or group.held_owner.get(key)
+                if holder is not None and holder != mid:
+                    raise InvariantViolation(f"{key} held for fenced {mid} is owned by {holder}")
+                group.held_owner[key] = mid
+            group.held[mid] = r.items
+
+    def _group_config(self, r: GroupConfig) -> None:
+        group = self._group(r.group_id)
+        if r.value is None:
+            group.configs.pop(r.name, None)
+        else:
+            group.configs[r.name] = r.value
+
+    def _event(self, r: RebalanceEvent) -> None:
+        pass  # the event log is not state
 
     def _group(self, gid: str) -> Group:
         group = self.groups.get(gid)
@@ -310,6 +322,20 @@ class CoordinatorState:
             if held_by is not None:
                 raise InvariantViolation(f"{key} given to {mid} while still held for fenced member {held_by}")
             owner[key] = mid
+
+
+# How each record type is replayed.
+_REPLAY: dict[type, Callable[[CoordinatorState, Any], None]] = {
+    GroupMetadata: CoordinatorState._group_metadata,
+    ConnectorRecord: CoordinatorState._connector,
+    MemberMetadata: CoordinatorState._member_metadata,
+    CurrentAssignment: CoordinatorState._current_assignment,
+    TargetMember: CoordinatorState._target_member,
+    TargetMetadata: CoordinatorState._target_metadata,
+    HeldAssignment: CoordinatorState._held_assignment,
+    GroupConfig: CoordinatorState._group_config,
+    RebalanceEvent: CoordinatorState._event,
+}
 
 
 def assignors_key(meta: MemberMetadataValue) -> AssignorKey:

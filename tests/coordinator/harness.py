@@ -219,7 +219,9 @@ class Context:
         assert resp.error_code in (ErrorCode.NONE, ErrorCode.COMPUTE_ASSIGNMENT), resp
         return resp
 
-    def prepare(self, member_id: str, group_id: str = "g", epoch: int | None = None):  # type: ignore[no-untyped-def]
+    def prepare(
+        self, member_id: str, group_id: str = "g", epoch: int | None = None
+    ) -> coordinator_pb2.ConnectGroupPrepareAssignmentResponse:
         if epoch is None:
             epoch = self.group(group_id).members[member_id].member_epoch
         req = coordinator_pb2.ConnectGroupPrepareAssignmentRequest(

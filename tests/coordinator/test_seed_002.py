@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from connect.coordinator.v1 import assignor_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
 from services.common.items import Items
@@ -348,6 +349,7 @@ def test_member_failure(mode: str) -> None:
         "state": "Assigning",
     }
     # The assignor's input shows A's work as lost: A is in current_target but not a member.
+    request: assignor_pb2.AssignRequest | coordinator_pb2.ConnectGroupPrepareAssignmentResponse
     if mode == "service":
         request = ctx.service_request()
     else:
