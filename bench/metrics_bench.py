@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         if server is not None:
             server.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the copies and outputs (hundreds of MB)
 
     lines = [
         f"local[2], {os.cpu_count()} CPUs; JVM + SparkSession start {jvm_s:.1f} s (not included below); "
