@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from services.storage import Storage  # noqa: E402
 COLUMNS = "id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details"
 
 
-def ensure_source(path: Path, events: int) -> None:
+def ensure_source(path: Path, events: int, processes: int = 2) -> None:
     have = 0
     if path.exists():
         with sqlite3.connect(path) as c:
@@ -52,6 +53,8 @@ def ensure_source(path: Path, events: int) -> None:
             "400",
             "--seed",
             "7",
+            "--processes",
+            str(processes),
         ],
         cwd=REPO,
         check=True,
@@ -102,10 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="500000,1000000")
     ap.add_argument("--postgres", action="store_true", help="also over a throwaway local PostgreSQL")
     ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--driver-memory", default="4g", help="spark.driver.memory (local mode: the executors too)")
+    ap.add_argument("--processes", type=int, default=2, help="generator processes, when --source is made")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.source.parent.mkdir(parents=True, exist_ok=True)
-    ensure_source(args.source, max(sizes))
+    ensure_source(args.source, max(sizes), args.processes)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from jobs.rebalance_metrics import job
@@ -114,13 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     from tests.metrics.oracle import oracle
 
     started = time.monotonic()
-    spark = build_session("local[2]", shuffle_partitions=4)
+    spark = build_session("local[2]", shuffle_partitions=4, conf={"spark.driver.memory": args.driver_memory})
     jvm_s = time.monotonic() - started
 
     server = None
     databases: list[tuple[str, str]] = []
     work = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
     results: list[tuple[str, int, float, float | None]] = []
+    phases: list[tuple[str, int, dict[str, float]]] = []
     try:
         # Warm-up (JIT, code generation) on a small log, not measured.
         job.run(spark, copy_sqlite(args.source, work / "warm.db", 20_000), work / "warm-out", full=True)
@@ -148,11 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                 took = time.monotonic() - t
                 assert stats.events_read == n, stats
                 results.append((name, n, took, oracle_s))
+                phases.append((name, n, stats.timings))
                 print(f"{name} {n:,} events: {took:.1f} s, {n / took:,.0f} events/s", file=sys.stderr)
     finally:
         spark.stop()
         if server is not None:
             server.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the copies and outputs (hundreds of MB)
 
     lines = [
         f"local[2], {os.cpu_count()} CPUs; JVM + SparkSession start {jvm_s:.1f} s (not included below); "
@@ -165,6 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             + (f"{o:.1f} | {n / o:,.0f} |" if o is not None else "- | - |")
             for db, n, s, o in results
         ),
+    ]
+    names = list(dict.fromkeys(k for _, _, t in phases for k in t))
+    lines += [
+        "",
+        "Where the time goes (s): " + ", ".join(names) + " (the rest: bounds query, planning).",
+        "",
+        "| database | events | " + " | ".join(names) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
+        *(f"| {db} | {n:,} | " + " | ".join(f"{t.get(k, 0):.1f}" for k in names) + " |" for db, n, t in phases),
     ]
     table = "\n".join(lines)
     print(table)

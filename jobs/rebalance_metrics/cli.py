@@ -51,8 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
-    """A SparkSession with the JDBC drivers on its class path, UTC, no UI."""
+def build_session(
+    master: str | None, shuffle_partitions: int | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession with the JDBC drivers on its class path, UTC, no UI; `conf`: more settings
+    (JVM ones such as spark.driver.memory take effect only when this call starts the JVM)."""
     from pyspark.sql import SparkSession
 
     from jobs.rebalance_metrics.source import driver_jars
@@ -70,6 +73,8 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
         .config("spark.sql.adaptive.enabled", "true")
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -10,15 +10,30 @@ Workers behave like the SDK: they run what they are told, acknowledge revocation
 when fenced. Time is simulated (heartbeats every 3 s; a stable group's members every 40 s, within the 45 s session).
 
     python -m jobs.rebalance_metrics.generate --database sqlite:///events.db --events 1000000 [--groups 200] [--seed 1]
+                                              [--processes 2]
+
+Groups are independent (each one's behaviour comes from its own seeded random generator), so with
+--processes P the groups are split over P processes (group i to process i mod P), each driving its
+own real core into its own SQLite shard through the real storage; the shards' `rebalance_events`
+are then merged into the target in time order (ties: shard, then the shard's commit order) with new
+ids, the only table the metrics job reads. Each group's events are the same as in a one-process run
+(same names, same seeds; only the member ids, which the core draws at random, differ); only how
+groups interleave at equal times differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import random
+import sqlite3
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
@@ -66,13 +81,18 @@ class SimGroup:
 
 
 class Generator:
-    def __init__(self, storage: Storage, groups: int, seed: int, batch: int = 5_000) -> None:
+    def __init__(
+        self, storage: Storage, groups: int, seed: int, batch: int = 20_000, shard: tuple[int, int] = (0, 1)
+    ) -> None:
         self.storage = storage
         services = {a.name: (a.minimum_version, a.maximum_version) for a in assignor.list_assignors()}
         self.core = GroupCoordinator(CONFIG, services)
         self.now = START_MS
         self.rng = random.Random(seed)
-        self.groups = [SimGroup(f"connect-{i:04d}", random.Random(seed * 100_003 + i)) for i in range(groups)]
+        index, count = shard  # this process drives the groups i with i % count == index
+        self.groups = [
+            SimGroup(f"connect-{i:04d}", random.Random(seed * 100_003 + i)) for i in range(index, groups, count)
+        ]
         self.pending: list[Record] = []
         self.batch = batch
         self.events = 0
@@ -244,21 +264,66 @@ class Generator:
         self.flush()
 
 
+EVENT_COLUMNS = "group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details"
+
+
+def _shard(database: str, groups: int, seed: int, events: int, index: int, count: int) -> int:
+    with Storage(database) as storage:
+        gen = Generator(storage, groups, seed, shard=(index, count))
+        gen.run(events)
+    return gen.events
+
+
+def generate_parallel(database: str, events: int, groups: int, seed: int, processes: int) -> int:
+    """P processes, one SQLite shard each, merged into `database` (SQLite) in time order."""
+    target = make_url(database)
+    if target.get_backend_name() != "sqlite" or not target.database:
+        raise SystemExit("--processes above 1 needs a SQLite --database (sqlite:///path)")
+    with tempfile.TemporaryDirectory(prefix="generate-", dir=Path(target.database).resolve().parent) as work:
+        shards = [f"sqlite:///{Path(work) / f'shard{i}.db'}" for i in range(processes)]
+        per_shard = -(-events // processes)
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            counts = pool.starmap(
+                _shard, [(url, groups, seed, per_shard, i, processes) for i, url in enumerate(shards)]
+            )
+        with Storage(database):
+            pass  # the target, migrated
+        with sqlite3.connect(target.database) as conn:
+            for i, url in enumerate(shards):
+                conn.execute(f"ATTACH DATABASE ? AS s{i}", (make_url(url).database,))
+            union = " UNION ALL ".join(
+                f"SELECT {i} AS shard, id AS shard_id, {EVENT_COLUMNS} FROM s{i}.rebalance_events"
+                for i in range(processes)
+            )
+            conn.execute(
+                f"INSERT INTO rebalance_events ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM ({union}) "
+                "ORDER BY time_ms, shard, shard_id"
+            )
+    return sum(counts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jobs.rebalance_metrics.generate", description=__doc__.splitlines()[0])
     ap.add_argument("--database", required=True, help="SQLAlchemy URL (sqlite:///file.db or postgresql+psycopg2://...)")
     ap.add_argument("--events", type=int, default=100_000, help="stop once at least this many events are written")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--processes", type=int, default=1, help="split the groups over this many processes (SQLite)")
     args = ap.parse_args(argv)
+    if args.processes < 1 or args.groups < args.processes:
+        ap.error("--processes: between 1 and --groups")
     started = time.monotonic()
-    with Storage(args.database) as storage:
-        gen = Generator(storage, args.groups, args.seed)
-        gen.run(args.events)
+    if args.processes > 1:
+        n = generate_parallel(args.database, args.events, args.groups, args.seed, args.processes)
+    else:
+        with Storage(args.database) as storage:
+            gen = Generator(storage, args.groups, args.seed)
+            gen.run(args.events)
+        n = gen.events
     took = time.monotonic() - started
     print(
-        f"generated {gen.events} events for {args.groups} groups over {(gen.now - START_MS) / 3_600_000:.1f} h "
-        f"of simulated time in {took:.1f} s ({gen.events / took:.0f} events/s)",
+        f"generated {n} events for {args.groups} groups in {args.processes} process(es) "
+        f"in {took:.1f} s ({n / took:.0f} events/s)",
         file=sys.stderr,
     )
     return 0

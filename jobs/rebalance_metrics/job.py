@@ -21,7 +21,8 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ class RunStats:
     full: bool
     last_event_id: int
     quality: dict[str, int]
+    # Seconds per phase of the run (read+prepare, each cached intermediate, each table's write,
+    # checkpoint), for the benchmark's breakdown.
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def read_checkpoint(out: Path) -> dict[str, Any] | None:
@@ -93,45 +97,49 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
 
     raw = source.read_events(spark, db, b)
     result = compute(raw)
+    timings = dict(result.timings)
     rewrite_from = dt.date.fromisoformat(state["rewrite_from_date"]) if state else None
     for name, df in result.tables.items():
+        started = time.monotonic()
         if rewrite_from is not None:
             df = df.filter(F.col("date") >= F.lit(rewrite_from))
+        # No shuffle before the write: each task writes its rows into the date folders it has (a
+        # handful of tasks, a handful of days: a handful of files per day).
         (
-            df.repartition(F.col("date"))
-            .write.mode("overwrite")
+            df.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic" if incremental else "static")
             .partitionBy("date")
             .parquet(str(out / name))
         )
         (out / name).mkdir(exist_ok=True)  # an empty table is an empty folder
+        timings[f"write {name}"] = time.monotonic() - started
 
+    started = time.monotonic()
     last_id = b.max_id if b.max_id is not None else 0
     checkpoint: dict[str, Any] = {"version": 1, "database": db.display, "last_event_id": last_id}
     checkpoint.update(_reread_point(result, rewrite_from))
     _write_checkpoint(out, checkpoint)
     spark.catalog.clearCache()
-    return RunStats(b.count, not incremental, last_id, _quality_totals(spark, out))
+    quality = _quality_totals(spark, out)
+    timings["checkpoint"] = time.monotonic() - started
+    return RunStats(b.count, not incremental, last_id, quality, timings)
 
 
 def _reread_point(result: Any, floor: dt.date | None) -> dict[str, Any]:
     """The checkpoint's rewrite_from_date and reread_from_id (see the module docstring)."""
     ev = result.events
-    last_t = ev.agg(F.max("t")).first()[0]
+    last_t, last_id = ev.agg(F.max("t"), F.max("id")).first()
     if last_t is None:
         return {"rewrite_from_date": None, "reread_from_id": 0}
-    oldest_open = result.open_anchors.agg(F.min("anchor_at")).first()[0]
+    oldest_open, first_open_id = result.open_anchors.agg(F.min("anchor_at"), F.min("anchor_id")).first()
     start = min(last_t, oldest_open) if oldest_open is not None else last_t
     day = dt.datetime.fromtimestamp(start // 1000, tz=dt.UTC).date()
     if floor is not None and day < floor:
         day = floor  # days before the previous rewrite point are final
     day_start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp() * 1000)
     first_of_day = ev.filter(F.col("t") >= day_start).agg(F.min("id")).first()[0]
-    reread = first_of_day if first_of_day is not None else ev.agg(F.max("id")).first()[0]
-    earlier = [
-        result.closed_spans.filter(F.col("last_id") >= reread).agg(F.min("first_id")).first()[0],
-        result.open_anchors.agg(F.min("anchor_id")).first()[0],
-    ]
+    reread = first_of_day if first_of_day is not None else last_id
+    earlier = [result.closed_spans.filter(F.col("last_id") >= reread).agg(F.min("first_id")).first()[0], first_open_id]
     reread = min([reread, *(x for x in earlier if x is not None)])
     return {"rewrite_from_date": day.isoformat(), "reread_from_id": int(reread)}
 

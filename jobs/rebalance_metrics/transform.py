@@ -16,8 +16,10 @@ new), or `deleted` when a DELETE closed it; an open segment (still down) has no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -151,6 +153,7 @@ class Outputs:
     open_anchors: DataFrame  # (anchor_at, anchor_id): rows whose outcome is still to come
     closed_spans: DataFrame  # (first_id, last_id): finished things, spanning event ids
     events: DataFrame  # (id, t): the prepared events
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per cached intermediate
 
 
 def prepare(raw: DataFrame) -> DataFrame:
@@ -177,6 +180,10 @@ def prepare(raw: DataFrame) -> DataFrame:
             ),
         )
         .withColumn("member", _nonempty(F.col("member_id")))
+        # Parsed: the raw text and the parser's corrupt-record column are not needed further (the
+        # prepared events are cached; keeping them would double what the cache holds).
+        .drop("details")
+        .withColumn("d", F.col("d").dropFields("_corrupt"))
     )
 
 
@@ -304,27 +311,27 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
         F.col("member").alias("trigger_member_id"),
         F.lead("id").over(Window.partitionBy("group_id", "inc").orderBy("id")).alias("next_bump_id"),
     )
-    requested = (
-        ev.filter(e == EventType.ASSIGNMENT_REQUESTED).groupBy(*key).agg(F.min("t").alias("assignment_requested_at"))
-    )
-    installed = (
-        ev.filter(e == EventType.ASSIGNMENT_INSTALLED)
-        .withColumn("group_epoch", F.col("assignment_epoch"))
+    # The assignment's request (keyed by its group epoch), installation and stability (keyed by
+    # the assignment epoch), in one aggregation.
+    requested, is_installed = e == EventType.ASSIGNMENT_REQUESTED, e == EventType.ASSIGNMENT_INSTALLED
+    steps = (
+        ev.filter(e.isin(EventType.ASSIGNMENT_REQUESTED, EventType.ASSIGNMENT_INSTALLED, EventType.GROUP_STABLE))
+        .withColumn("group_epoch", F.when(requested, F.col("group_epoch")).otherwise(F.col("assignment_epoch")))
         .groupBy(*key)
-        .agg(F.min(F.struct("id", "t", F.col("d.executor").alias("executor"))).alias("i"))
+        .agg(
+            F.min(F.when(requested, F.col("t"))).alias("assignment_requested_at"),
+            F.min(F.when(is_installed, F.struct("id", "t", F.col("d.executor").alias("executor")))).alias("i"),
+            F.min(F.when(e == EventType.GROUP_STABLE, F.col("t"))).alias("stable_at"),
+        )
         .select(
             *key,
+            "assignment_requested_at",
             F.col("i.t").alias("assignment_installed_at"),
             F.when(F.col("i.executor") == "service", "service")
             .when(F.col("i").isNotNull(), "worker")
             .alias("executor"),
+            "stable_at",
         )
-    )
-    stable = (
-        ev.filter(e == EventType.GROUP_STABLE)
-        .withColumn("group_epoch", F.col("assignment_epoch"))
-        .groupBy(*key)
-        .agg(F.min("t").alias("stable_at"))
     )
     moved = (
         ie.filter(F.col("event") == EventType.REVOCATION_REQUESTED)
@@ -346,13 +353,7 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
             F.sum(F.when(F.col("cause") == "new", 1).otherwise(0)).alias("new_items"),
         )
     )
-    out = (
-        bumps.join(requested, key, "left")
-        .join(installed, key, "left")
-        .join(stable, key, "left")
-        .join(moved, key, "left")
-        .join(started, key, "left")
-    )
+    out = bumps.join(steps, key, "left").join(moved, key, "left").join(started, key, "left")
     return out.select(
         "group_id",
         "group_epoch",
@@ -516,12 +517,25 @@ def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
     )
 
 
+def _materialize(df: DataFrame, name: str, timings: dict[str, float]) -> DataFrame:
+    """Cached and computed now (one job), so that later plans read it instead of racing to build it."""
+    started = time.monotonic()
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    df.count()
+    timings[name] = time.monotonic() - started
+    return df
+
+
 def compute(raw: DataFrame) -> Outputs:
-    ev = prepare(raw).cache()
-    ie = item_events(ev)
-    dt = downtime(ie).cache()
-    ge = epochs(ev, ie, dt).cache()
-    mr = revocations(ev)
+    """The tables as DataFrames over cached intermediate results: the events are read (JDBC) and
+    prepared once, and every intermediate used by more than one output (per-item events, downtime,
+    epochs, revocations) is computed once, in dependency order, before the tables are written."""
+    timings: dict[str, float] = {}
+    ev = _materialize(prepare(raw), "read+prepare", timings)
+    ie = _materialize(item_events(ev), "item_events", timings)
+    dt = _materialize(downtime(ie), "downtime", timings)
+    ge = _materialize(epochs(ev, ie, dt), "epochs", timings)
+    mr = _materialize(revocations(ev), "revocations", timings)
     gs = summary(ev, ge, dt)
     dq = quality(ev, ge)
 
@@ -557,4 +571,4 @@ def compute(raw: DataFrame) -> Outputs:
         .select(F.col("opener_id").alias("first_id"), F.col("closer_id").alias("last_id"))
         .unionByName(mr.filter(F.col("end_id").isNotNull()).select(F.col("first_id"), F.col("end_id").alias("last_id")))
     )
-    return Outputs(tables, open_anchors, closed_spans, ev.select("id", "t"))
+    return Outputs(tables, open_anchors, closed_spans, ev.select("id", "t"), timings)

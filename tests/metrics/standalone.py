@@ -17,6 +17,7 @@ from typing import cast
 import pyspark
 
 from tests.fixtures.net import free_port
+from tests.fixtures.spark import QUICK_JIT
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -49,6 +50,10 @@ def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(workdir),
         "SPARK_WORKER_DIR": str(workdir / "work"),
+        # The master and the workers only register and launch executors: a small heap, the quick
+        # compiler and the serial collector make them start faster on a small machine.
+        "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": f"{QUICK_JIT} -XX:+UseSerialGC",
     }
     port, ui = free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"

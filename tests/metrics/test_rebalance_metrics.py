@@ -21,6 +21,7 @@ from jobs.rebalance_metrics.source import SourceError, driver_jars
 from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
 from services.coordinator.records import RebalanceEvent
 from services.storage import Storage
+from tests.fixtures.spark import QUICK_JIT
 from tests.metrics.logs import bad_rows, read_rows, seed_case_studies, simulator_scenarios, write_events
 from tests.metrics.oracle import oracle
 from tests.metrics.standalone import REPO, SPARK_BIN, standalone_cluster
@@ -233,6 +234,11 @@ def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
                 "spark.executor.memory=512m",
                 "--conf",
                 "spark.cores.max=2",
+                # A test-sized log: compiling costs more than running (as for the shared session).
+                "--driver-java-options",
+                QUICK_JIT,
+                "--conf",
+                f"spark.executor.extraJavaOptions={QUICK_JIT}",
                 "--jars",
                 ",".join(driver_jars()),
                 str(REPO / "jobs" / "rebalance_metrics" / "main.py"),
@@ -241,6 +247,8 @@ def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
                 sqlite_url,
                 "--output",
                 str(out),
+                "--shuffle-partitions",
+                "2",
             ],
             capture_output=True,
             text=True,
