@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
-from operator import attrgetter
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -18,7 +16,8 @@ from services.assignor._model import (
     AssignOutput,
     Member,
 )
-from services.common.items import EMPTY, Items, TaskId
+from services.common import compact
+from services.common.items import EMPTY, Items
 
 INCREMENTAL_COOPERATIVE = "incremental-cooperative"
 EAGER = "eager"
@@ -70,7 +69,7 @@ def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignRespons
         return assignor_pb2.AssignResponse(error=e.code, error_message=e.message), None
     inp, sources = to_input(request, max_delay_ms)
     output = info.compute(inp)
-    return to_response(output, sources, _version(request, info)), output
+    return to_response(output, sources, _version(request, info), request.accept_task_ranges), output
 
 
 def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int]:
@@ -131,7 +130,27 @@ def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int]:
                 common_pb2.INVALID_REQUEST,
                 f"connectors[{i}].task_count brings the group to {total_tasks} tasks; at most {MAX_TASKS} are supported",
             )
+    _check_task_ranges(request)
     return info, _max_delay(request)
+
+
+def _check_task_ranges(request: assignor_pb2.AssignRequest) -> None:
+    """Every ``task_ranges`` entry well formed and none expanding beyond MAX_TASKS (before anything
+    is expanded). Cheap: it looks at the ranges only, never at ``tasks``."""
+    fields: list[tuple[str, common_pb2.ConnectorsAndTasks]] = []
+    for i, m in enumerate(request.members):
+        if m.owned.task_ranges:
+            fields.append((f"members[{i}].owned", m.owned))
+        if m.target.task_ranges:
+            fields.append((f"members[{i}].target", m.target))
+    for i, mt in enumerate(request.current_target.members):
+        if mt.connectors_and_tasks.task_ranges:
+            fields.append((f"current_target.members[{i}].connectors_and_tasks", mt.connectors_and_tasks))
+    for field, msg in fields:
+        try:
+            compact.check_ranges(msg, field, max_items=MAX_TASKS + len(msg.connectors))
+        except compact.InvalidItems as e:
+            raise InvalidInput(common_pb2.INVALID_REQUEST, str(e)) from None
 
 
 def _max_delay(request: assignor_pb2.AssignRequest) -> int:
@@ -156,16 +175,9 @@ def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
     return min(versions, default=info.maximum_version)
 
 
-# TaskId(c, t) without the Python-level __new__ that NamedTuple generates, so that converting a
-# member's tasks is one loop in C: this runs for every task of the group.
-_task_id = partial(tuple.__new__, TaskId)
-_task_fields = attrgetter("connector", "task")
-
-
 def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
-    if not msg.connectors and not msg.tasks:
-        return EMPTY
-    return Items(frozenset(msg.connectors), frozenset(map(_task_id, map(_task_fields, msg.tasks))))
+    # Both forms; the ranges were checked by ``_validate`` (so this cannot raise or over-allocate).
+    return compact.decode(msg, max_items=MAX_TASKS + len(msg.connectors))
 
 
 class _LazyItems(Mapping[str, Items]):
@@ -191,7 +203,9 @@ def to_input(
     """The core's input, and for each live member the target it was given with the message it came from."""
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
-    live_with_target = {m.member_id for m in request.members if m.target.connectors or m.target.tasks}
+    live_with_target = {
+        m.member_id for m in request.members if m.target.connectors or m.target.tasks or m.target.task_ranges
+    }
     for mt in request.current_target.members:
         # A live member's own target field wins; only the others are needed from the previous target.
         if not mt.member_id or mt.member_id in live_with_target:
@@ -212,8 +226,13 @@ def to_input(
             target, msg = _items(m.target), m.target
         else:
             target, msg = previous.get(m.member_id, EMPTY), previous_msgs.get(m.member_id)
-        # Only a message without repeated entries can stand in for its items in the response.
-        if msg is not None and len(target) == len(msg.connectors) + len(msg.tasks):
+        # Only a message without repeated entries, in the form the caller reads, can stand in for
+        # its items in the response.
+        if (
+            msg is not None
+            and (request.accept_task_ranges or not msg.task_ranges)
+            and len(target) == len(msg.connectors) + len(msg.tasks) + sum(r.count for r in msg.task_ranges)
+        ):
             sources[m.member_id] = (target, msg)
         members.append(
             Member(
@@ -235,8 +254,12 @@ def to_input(
 
 
 def to_response(
-    output: AssignOutput, sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]], version: int
+    output: AssignOutput,
+    sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]],
+    version: int,
+    compact_tasks: bool = False,
 ) -> assignor_pb2.AssignResponse:
+    """The response; tasks as ``task_ranges`` only for a caller that set ``accept_task_ranges``."""
     response = assignor_pb2.AssignResponse(
         assignor_state=output.state.encode(), rebalance_delay_ms=output.rebalance_delay_ms
     )
@@ -248,5 +271,5 @@ def to_response(
             # Unchanged: copying the message it came in is far cheaper than rebuilding it item by item.
             mt.connectors_and_tasks.CopyFrom(source[1])
         else:
-            items.to_proto(mt.connectors_and_tasks)
+            items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
     return response

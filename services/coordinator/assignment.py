@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
+from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.state import AssignorKey, Group, Member
 
@@ -77,6 +78,9 @@ def build_snapshot(
         group_epoch=group.epoch,
         assignor_state=group.target.assignor_state,
         now_ms=now_ms,
+        # We read task_ranges in results (validate_result, target_items); the request stays expanded
+        # so that an assignor service older than the field still understands it.
+        accept_task_ranges=True,
     )
     req.group_configs.update(group_configs)
     for mid, m in group.members.items():
@@ -125,11 +129,16 @@ def validate_result(
             if c in seen:
                 raise InvalidAssignment(f"connector '{c}' is assigned to both '{seen[c]}' and '{mid}'")
             seen[c] = mid
-        for t in mt.connectors_and_tasks.tasks:
+        try:
+            compact.check_ranges(mt.connectors_and_tasks, f"members[{i}].connectors_and_tasks")
+        except compact.InvalidItems as e:
+            raise InvalidAssignment(str(e)) from None
+        # Both forms; a range is expanded lazily, so an oversized one stops at its first unknown task.
+        for t in compact.iter_tasks(mt.connectors_and_tasks):
             count = snapshot_connectors.get(t.connector)
             if count is None or not 0 <= t.task < count:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown task {t.connector}-{t.task}")
-            key = TaskId(t.connector, t.task)
+            key = t
             if key in seen:
                 raise InvalidAssignment(f"task {key} is assigned to both '{seen[key]}' and '{mid}'")
             seen[key] = mid

@@ -58,13 +58,25 @@ class ConnectorTaskId(_message.Message):
     task: int
     def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ...) -> None: ...
 
+class TaskRange(_message.Message):
+    __slots__ = ("connector", "first", "count")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    first: int
+    count: int
+    def __init__(self, connector: _Optional[str] = ..., first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
 class ConnectorsAndTasks(_message.Message):
-    __slots__ = ("connectors", "tasks")
+    __slots__ = ("connectors", "tasks", "task_ranges")
     CONNECTORS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     connectors: _containers.RepeatedScalarFieldContainer[str]
     tasks: _containers.RepeatedCompositeFieldContainer[ConnectorTaskId]
-    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ...) -> None: ...
+    task_ranges: _containers.RepeatedCompositeFieldContainer[TaskRange]
+    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ..., task_ranges: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ...) -> None: ...
 
 class Assignor(_message.Message):
     __slots__ = ("name", "minimum_version", "maximum_version", "reason", "version", "metadata")
