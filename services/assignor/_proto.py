@@ -135,16 +135,16 @@ def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int]:
 
 
 def _check_task_ranges(request: assignor_pb2.AssignRequest) -> None:
-    """Every ``task_ranges`` entry well formed and none expanding beyond MAX_TASKS (before anything
+    """Every task range (``task_range_*``) well formed and none expanding beyond MAX_TASKS (before anything
     is expanded). Cheap: it looks at the ranges only, never at ``tasks``."""
     fields: list[tuple[str, common_pb2.ConnectorsAndTasks]] = []
     for i, m in enumerate(request.members):
-        if m.owned.task_ranges:
+        if compact.has_ranges(m.owned):
             fields.append((f"members[{i}].owned", m.owned))
-        if m.target.task_ranges:
+        if compact.has_ranges(m.target):
             fields.append((f"members[{i}].target", m.target))
     for i, mt in enumerate(request.current_target.members):
-        if mt.connectors_and_tasks.task_ranges:
+        if compact.has_ranges(mt.connectors_and_tasks):
             fields.append((f"current_target.members[{i}].connectors_and_tasks", mt.connectors_and_tasks))
     for field, msg in fields:
         try:
@@ -177,7 +177,7 @@ def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
 
 def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
     # Both forms; the ranges were checked by ``_validate`` (so this cannot raise or over-allocate).
-    return compact.decode(msg, max_items=MAX_TASKS + len(msg.connectors))
+    return compact.decode(msg, checked=True)
 
 
 class _LazyItems(Mapping[str, Items]):
@@ -204,7 +204,7 @@ def to_input(
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
     live_with_target = {
-        m.member_id for m in request.members if m.target.connectors or m.target.tasks or m.target.task_ranges
+        m.member_id for m in request.members if m.target.connectors or m.target.tasks or compact.has_ranges(m.target)
     }
     for mt in request.current_target.members:
         # A live member's own target field wins; only the others are needed from the previous target.
@@ -230,8 +230,8 @@ def to_input(
         # its items in the response.
         if (
             msg is not None
-            and (request.accept_task_ranges or not msg.task_ranges)
-            and len(target) == len(msg.connectors) + len(msg.tasks) + sum(r.count for r in msg.task_ranges)
+            and (request.accept_task_ranges or not compact.has_ranges(msg))
+            and len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
         ):
             sources[m.member_id] = (target, msg)
         members.append(

@@ -1,9 +1,10 @@
 """Tasks on the wire as ranges: the one place ``ConnectorsAndTasks`` is converted to and from ``Items``.
 
-A connector's tasks are mostly consecutive numbers, so ``ConnectorsAndTasks.task_ranges`` carries
-them as ``TaskRange { connector, first, count }`` -- one entry per run instead of one message per
-task. The set a message stands for is ``connectors`` plus the union of ``tasks`` and every range:
-a reader accepts both forms, mixed and overlapping. A writer emits ranges only to a peer that said
+The ``task_range_*`` arrays of ``ConnectorsAndTasks`` carry tasks as ``(connector, first, count)``
+runs: three parallel arrays, so there is no message per task (building and parsing one protobuf
+message per task is what made large assignments slow), and consecutive tasks of a connector take
+one entry. The set a message stands for is ``connectors`` plus the union of ``tasks`` and every
+range: a reader accepts both forms, mixed and overlapping. A writer emits ranges only to a peer that said
 it reads them (``compact=True``); everyone else gets the expanded ``tasks`` alone, exactly as
 before the field existed.
 
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import repeat
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import add, attrgetter
 from typing import TYPE_CHECKING
 
 from connect.coordinator.v1 import common_pb2
@@ -37,6 +38,15 @@ class InvalidItems(ValueError):
         self.field = field
 
 
+def has_ranges(msg: common_pb2.ConnectorsAndTasks) -> bool:
+    return bool(msg.task_range_connectors or msg.task_range_firsts or msg.task_range_counts)
+
+
+def range_total(msg: common_pb2.ConnectorsAndTasks) -> int:
+    """How many tasks the ranges list (overlaps counted twice); for a message ``check_ranges`` accepted."""
+    return sum(msg.task_range_counts)
+
+
 def check_ranges(
     msg: common_pb2.ConnectorsAndTasks,
     field: str = "connectors_and_tasks",
@@ -45,32 +55,54 @@ def check_ranges(
     max_tasks_per_connector: int | None = None,
     max_items_name: str = "",
 ) -> int:
-    """Validate ``msg.task_ranges`` without expanding them; return how many items ``msg`` lists
+    """Validate the task ranges without expanding them; return how many items ``msg`` lists
     (connectors + tasks + every range's count, overlaps counted twice). Raises InvalidItems."""
     total = len(msg.connectors) + len(msg.tasks)
-    for i, r in enumerate(msg.task_ranges):
-        where = f"{field}.task_ranges[{i}]"
-        if not r.connector:
-            raise InvalidItems(where, ".connector must be non-empty")
-        if r.first < 0:
-            raise InvalidItems(where, f".first must be >= 0, got {r.first}")
-        if r.count < 1:
-            raise InvalidItems(where, f".count must be >= 1, got {r.count}")
-        end = r.first + r.count  # exclusive; Python ints do not overflow, the wire's int32 task numbers do
-        if end - 1 > INT32_MAX:
+    if not has_ranges(msg):
+        return total
+    n = len(msg.task_range_connectors)
+    if len(msg.task_range_firsts) != n or len(msg.task_range_counts) != n:
+        raise InvalidItems(
+            field,
+            f".task_range_connectors, .task_range_firsts and .task_range_counts must have the same length, got "
+            f"{n}, {len(msg.task_range_firsts)} and {len(msg.task_range_counts)}",
+        )
+    connectors, firsts, counts = msg.task_range_connectors, msg.task_range_firsts, msg.task_range_counts
+    # The fast path is C-level passes over the arrays; the loop below only finds and names a culprit.
+    limit = INT32_MAX + 1 if max_tasks_per_connector is None else min(INT32_MAX + 1, max_tasks_per_connector)
+    if (
+        all(connectors)
+        and min(firsts) >= 0
+        and min(counts) >= 1
+        and max(map(add, firsts, counts)) <= limit
+        and total + sum(counts) <= max_items
+    ):
+        return total + sum(counts)
+    ranges = zip(connectors, firsts, counts, strict=True)
+    for i, (connector, first, count) in enumerate(ranges):
+        if not connector:
+            raise InvalidItems(field, f".task_range_connectors[{i}] must be non-empty")
+        if first < 0:
+            raise InvalidItems(field, f".task_range_firsts[{i}] must be >= 0, got {first}")
+        if count < 1:
+            raise InvalidItems(field, f".task_range_counts[{i}] must be >= 1, got {count}")
+        last = first + count - 1  # Python ints do not overflow; the wire's int32 task numbers do
+        if last > INT32_MAX:
             raise InvalidItems(
-                where, f" ends at task {end - 1}, beyond the int32 task numbers (first {r.first}, count {r.count})"
+                field, f".task_range_counts[{i}] ends range {i} at task {last}, beyond the int32 task numbers"
             )
-        if max_tasks_per_connector is not None and end > max_tasks_per_connector:
+        if max_tasks_per_connector is not None and last >= max_tasks_per_connector:
             raise InvalidItems(
-                where,
-                f" ends at task {end - 1}; a connector has at most {max_tasks_per_connector} tasks "
-                "(group.connect.max.tasks.per.connector)",
+                field,
+                f".task_range_counts[{i}] ends range {i} at task {last}; a connector has at most "
+                f"{max_tasks_per_connector} tasks (group.connect.max.tasks.per.connector)",
             )
-        total += r.count
+        total += count
         if total > max_items:
             raise InvalidItems(
-                where, f" brings {field} to {total} items, more than the {max_items} allowed{max_items_name}"
+                field,
+                f".task_range_counts[{i}] brings {field} to {total} items, more than the {max_items} allowed"
+                f"{max_items_name}",
             )
     return total
 
@@ -100,9 +132,11 @@ def encode(
     msg = out if out is not None else common_pb2.ConnectorsAndTasks()
     msg.connectors.extend(sorted(items.connectors))
     if compact:
-        add = msg.task_ranges.add
-        for c, first, count in task_ranges(items.tasks):
-            add(connector=c, first=first, count=count)
+        runs = task_ranges(items.tasks)
+        # Three C-level extends of plain lists: no message per task or per range.
+        msg.task_range_connectors.extend([c for c, _, _ in runs])
+        msg.task_range_firsts.extend([f for _, f, _ in runs])
+        msg.task_range_counts.extend([n for _, _, n in runs])
     else:
         msg.tasks.extend(common_pb2.ConnectorTaskId(connector=c, task=t) for c, t in sorted(items.tasks))
     return msg
@@ -120,12 +154,17 @@ _task_fields = attrgetter("connector", "task")
 
 
 def iter_tasks(msg: common_pb2.ConnectorsAndTasks) -> Iterator[TaskId]:
-    """Every task ``msg`` lists, ``tasks`` first, then each range expanded (overlaps repeat).
-    Only for a message whose ranges ``check_ranges`` accepted."""
+    """Every task ``msg`` lists, ``tasks`` first, then each range expanded (overlaps repeat); an
+    iterator of C-level maps (no Python frame per task). Only for a message ``check_ranges`` accepted."""
     make = _task_id_maker()
-    yield from map(make, map(_task_fields, msg.tasks))
-    for r in msg.task_ranges:
-        yield from map(make, zip(repeat(r.connector, r.count), range(r.first, r.first + r.count), strict=True))
+    parts: list[Iterable[TaskId]] = [map(make, map(_task_fields, msg.tasks))]
+    counts = msg.task_range_counts
+    if max(counts, default=1) == 1:  # the common case: every range a single task
+        parts.append(map(make, zip(msg.task_range_connectors, msg.task_range_firsts, strict=True)))
+    else:
+        for c, first, count in zip(msg.task_range_connectors, msg.task_range_firsts, counts, strict=True):
+            parts.append(map(make, zip(repeat(c, count), range(first, first + count), strict=True)))
+    return chain.from_iterable(parts)
 
 
 def decode(
@@ -134,13 +173,16 @@ def decode(
     *,
     max_items: int = DEFAULT_MAX_ITEMS,
     max_tasks_per_connector: int | None = None,
+    checked: bool = False,
 ) -> Items:
-    """The items ``msg`` stands for (both forms, union). Raises InvalidItems naming ``field``."""
+    """The items ``msg`` stands for (both forms, union). Raises InvalidItems naming ``field``;
+    ``checked``: the caller already ran ``check_ranges`` on ``msg`` with bounds at least as tight."""
     from services.common.items import EMPTY, Items
 
-    if not msg.task_ranges:
+    if not has_ranges(msg):
         if not msg.connectors and not msg.tasks:
             return EMPTY
         return Items(frozenset(msg.connectors), frozenset(map(_task_id_maker(), map(_task_fields, msg.tasks))))
-    check_ranges(msg, field, max_items=max_items, max_tasks_per_connector=max_tasks_per_connector)
+    if not checked:
+        check_ranges(msg, field, max_items=max_items, max_tasks_per_connector=max_tasks_per_connector)
     return Items(frozenset(msg.connectors), frozenset(iter_tasks(msg)))

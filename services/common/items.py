@@ -31,14 +31,14 @@ class Items:
 
     @staticmethod
     def from_proto(msg: common_pb2.ConnectorsAndTasks, field: str = "connectors_and_tasks") -> Items:
-        """Both forms (``tasks`` and ``task_ranges``, union); see ``services.common.compact``.
+        """Both forms (``tasks`` and the ``task_range_*`` arrays, union); see ``services.common.compact``.
         Raises ``compact.InvalidItems`` (naming ``field``) for a range that cannot be expanded."""
         return compact.decode(msg, field)
 
     def to_proto(
         self, out: common_pb2.ConnectorsAndTasks | None = None, *, compact_tasks: bool = False
     ) -> common_pb2.ConnectorsAndTasks:
-        """Tasks as ``task_ranges`` if ``compact_tasks`` (only for a peer that reads them), else ``tasks``."""
+        """Tasks as ``task_range_*`` arrays if ``compact_tasks`` (only for a peer that reads them), else ``tasks``."""
         return compact.encode(self, out, compact=compact_tasks)
 
     def to_json(self) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def build_snapshot(
         group_epoch=group.epoch,
         assignor_state=group.target.assignor_state,
         now_ms=now_ms,
-        # We read task_ranges in results (validate_result, target_items); the request stays expanded
+        # We read task ranges in results (validate_result, target_items); the request stays expanded
         # so that an assignor service older than the field still understands it.
         accept_task_ranges=True,
     )

@@ -48,7 +48,7 @@ def check_count(count: int, field: str, cfg: ServerConfig) -> None:
 
 def check_items(msg: common_pb2.ConnectorsAndTasks, field: str, cfg: ServerConfig = DEFAULTS) -> None:
     check_count(len(msg.connectors) + len(msg.tasks), field, cfg)
-    if msg.task_ranges:
+    if compact.has_ranges(msg):
         # Checked before anything is expanded: their counts add up against the same bound.
         try:
             compact.check_ranges(
@@ -60,8 +60,8 @@ def check_items(msg: common_pb2.ConnectorsAndTasks, field: str, cfg: ServerConfi
             )
         except compact.InvalidItems as e:
             raise invalid(str(e)) from None
-        for i, r in enumerate(msg.task_ranges):
-            check_id(r.connector, f"{field}.task_ranges[{i}].connector", cfg=cfg)
+        for i, connector in enumerate(msg.task_range_connectors):
+            check_id(connector, f"{field}.task_range_connectors[{i}]", cfg=cfg)
     seen: set[str] = set()
     for i, c in enumerate(msg.connectors):
         check_id(c, f"{field}.connectors[{i}]", cfg=cfg)
@@ -148,7 +148,7 @@ def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, cfg
         total = sum(
             len(m.connectors_and_tasks.connectors)
             + len(m.connectors_and_tasks.tasks)
-            + sum(r.count for r in m.connectors_and_tasks.task_ranges)
+            + sum(max(n, 0) for n in m.connectors_and_tasks.task_range_counts)
             for m in req.members
         )
         check_count(total, "members[].connectors_and_tasks", cfg)

@@ -1,4 +1,4 @@
-"""Compact tasks (``ConnectorsAndTasks.task_ranges``): round trips against the expanded form, mixed
+"""Compact tasks (``ConnectorsAndTasks.task_range_*``): round trips against the expanded form, mixed
 and overlapping inputs, bad ranges rejected before anything is expanded, and old-format callers of
 the Assign RPC served exactly as before."""
 
@@ -26,11 +26,21 @@ task_sets = st.frozensets(st.builds(TaskId, names, st.integers(0, 40)), max_size
 item_sets = st.builds(Items, st.frozensets(names, max_size=4), task_sets)
 
 
+def _ranges(msg: common_pb2.ConnectorsAndTasks) -> list[tuple[str, int, int]]:
+    return list(zip(msg.task_range_connectors, msg.task_range_firsts, msg.task_range_counts, strict=True))
+
+
+def _add_range(msg: common_pb2.ConnectorsAndTasks, connector: str, first: int, count: int) -> None:
+    msg.task_range_connectors.append(connector)
+    msg.task_range_firsts.append(first)
+    msg.task_range_counts.append(count)
+
+
 def _expanded(msg: common_pb2.ConnectorsAndTasks) -> set[TaskId]:
     """The reference meaning of a message: every task, from each form, by plain enumeration."""
     out = {TaskId(t.connector, t.task) for t in msg.tasks}
-    for r in msg.task_ranges:
-        out.update(TaskId(r.connector, n) for n in range(r.first, r.first + r.count))
+    for c, first, count in _ranges(msg):
+        out.update(TaskId(c, n) for n in range(first, first + count))
     return out
 
 
@@ -39,15 +49,15 @@ def _expanded(msg: common_pb2.ConnectorsAndTasks) -> set[TaskId]:
 def test_round_trip_compact_expanded_items(items: Items) -> None:
     small = items.to_proto(compact_tasks=True)
     full = items.to_proto()
-    assert not small.tasks and not full.task_ranges
+    assert not small.tasks and not compact.has_ranges(full)
     assert Items.from_proto(small) == items == Items.from_proto(full)
     assert _expanded(small) == set(items.tasks) == _expanded(full)
     # Maximal runs: sorted, disjoint, no two adjacent ranges of one connector that could merge.
-    runs = [(r.connector, r.first, r.count) for r in small.task_ranges]
+    runs = _ranges(small)
     assert runs == sorted(runs) and all(n >= 1 for _, _, n in runs)
     for (c1, f1, n1), (c2, f2, _) in pairwise(runs):
         assert c1 != c2 or f1 + n1 < f2
-    assert len(small.task_ranges) <= len(items.tasks)
+    assert len(runs) <= len(items.tasks)
     # Compact form re-expanded to ``tasks`` and back is the same message.
     assert Items.from_proto(small).to_proto(compact_tasks=True) == small
 
@@ -59,7 +69,7 @@ def test_mixed_and_overlapping_forms_read_as_the_union(
 ) -> None:
     msg = Items(tasks=tasks).to_proto()
     for c, first, count in ranges:
-        msg.task_ranges.add(connector=c, first=first, count=count)
+        _add_range(msg, c, first, count)
     decoded = Items.from_proto(msg)
     assert set(decoded.tasks) == _expanded(msg)
     assert compact.check_ranges(msg) == len(tasks) + sum(n for _, _, n in ranges)
@@ -67,7 +77,7 @@ def test_mixed_and_overlapping_forms_read_as_the_union(
 
 def _with_range(first: int, count: int, connector: str = "a") -> common_pb2.ConnectorsAndTasks:
     msg = common_pb2.ConnectorsAndTasks()
-    msg.task_ranges.add(connector=connector, first=first, count=count)
+    _add_range(msg, connector, first, count)
     return msg
 
 
@@ -80,39 +90,42 @@ def _error(fn: object) -> str:
 
 
 def test_bad_ranges_are_rejected_naming_the_field_before_expanding() -> None:
-    assert ".task_ranges[0].first must be >= 0, got -1" in _error(lambda: Items.from_proto(_with_range(-1, 3)))
-    assert ".task_ranges[0].count must be >= 1, got 0" in _error(lambda: Items.from_proto(_with_range(0, 0)))
-    assert ".task_ranges[0].count must be >= 1, got -5" in _error(lambda: Items.from_proto(_with_range(0, -5)))
-    assert ".task_ranges[0].connector must be non-empty" in _error(lambda: Items.from_proto(_with_range(0, 1, "")))
+    assert ".task_range_firsts[0] must be >= 0, got -1" in _error(lambda: Items.from_proto(_with_range(-1, 3)))
+    assert ".task_range_counts[0] must be >= 1, got 0" in _error(lambda: Items.from_proto(_with_range(0, 0)))
+    assert ".task_range_counts[0] must be >= 1, got -5" in _error(lambda: Items.from_proto(_with_range(0, -5)))
+    assert ".task_range_connectors[0] must be non-empty" in _error(lambda: Items.from_proto(_with_range(0, 1, "")))
+    ragged = _with_range(0, 1)
+    ragged.task_range_counts.append(3)
+    assert "must have the same length, got 1, 1 and 2" in _error(lambda: Items.from_proto(ragged, "target"))
     # first + count beyond int32: the wire's task numbers would overflow.
     overflow = _error(lambda: Items.from_proto(_with_range(2**31 - 1, 2, "a"), "owned"))
-    assert overflow.startswith("owned.task_ranges[0]") and "int32" in overflow
+    assert overflow.startswith("owned.task_range_counts[0]") and "int32" in overflow
     # A huge count is refused by the bound, not allocated (2**31 - 1 tasks would be ~100 GB).
     huge = _error(lambda: Items.from_proto(_with_range(0, 2**31 - 1)))
     assert "more than the 1000000 allowed" in huge
     two = _with_range(0, 600_000)
-    two.task_ranges.add(connector="b", first=0, count=600_000)
-    assert "task_ranges[1] brings" in _error(lambda: Items.from_proto(two))
+    _add_range(two, "b", 0, 600_000)
+    assert "task_range_counts[1] brings" in _error(lambda: Items.from_proto(two))
 
 
 def test_coordinator_validation_applies_the_configured_bounds() -> None:
     cfg = ServerConfig()
     per_connector = _error(lambda: check_items(_with_range(0, cfg.max_tasks_per_connector + 1), "owned", cfg))
-    assert "owned.task_ranges[0]" in per_connector and "group.connect.max.tasks.per.connector" in per_connector
+    assert "owned.task_range_counts[0]" in per_connector and "group.connect.max.tasks.per.connector" in per_connector
     msg = common_pb2.ConnectorsAndTasks()
     for i in range(cfg.max_items_per_request // cfg.max_tasks_per_connector + 1):
-        msg.task_ranges.add(connector=f"c{i}", first=0, count=cfg.max_tasks_per_connector)
+        _add_range(msg, f"c{i}", 0, cfg.max_tasks_per_connector)
     total = _error(lambda: check_items(msg, "owned", cfg))
-    assert "group.connect.max.items.per.request" in total and "owned.task_ranges[" in total
+    assert "group.connect.max.items.per.request" in total and "owned.task_range_counts[" in total
     check_items(_with_range(0, cfg.max_tasks_per_connector), "owned", cfg)  # at the bound: fine
 
 
 def test_assignor_rejects_bad_ranges_in_band() -> None:
     req = Group(connectors(2, 4)).join("w1").request()
-    req.members[0].owned.task_ranges.add(connector="connector-0", first=0, count=-1)
+    _add_range(req.members[0].owned, "connector-0", 0, -1)
     response = assign(req)
     assert response.error == common_pb2.INVALID_REQUEST
-    assert response.error_message == "members[0].owned.task_ranges[0].count must be >= 1, got -1"
+    assert response.error_message == "members[0].owned.task_range_counts[0] must be >= 1, got -1"
 
 
 def _compact_request(req: assignor_pb2.AssignRequest) -> assignor_pb2.AssignRequest:
@@ -149,7 +162,7 @@ def test_old_and_new_callers_over_grpc_get_the_same_assignment() -> None:
     old, new = asyncio.run(scenario())
     assert old.error == 0 and new.error == 0
     # The old caller (no accept_task_ranges) gets every task in ``tasks`` and never a range.
-    assert all(not m.connectors_and_tasks.task_ranges for m in old.members)
+    assert all(not compact.has_ranges(m.connectors_and_tasks) for m in old.members)
     assert sum(len(m.connectors_and_tasks.tasks) for m in old.members) == 200
     # The new caller gets ranges only, and the very same assignment.
     assert all(not m.connectors_and_tasks.tasks for m in new.members)

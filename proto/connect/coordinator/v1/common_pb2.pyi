@@ -58,25 +58,19 @@ class ConnectorTaskId(_message.Message):
     task: int
     def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ...) -> None: ...
 
-class TaskRange(_message.Message):
-    __slots__ = ("connector", "first", "count")
-    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
-    FIRST_FIELD_NUMBER: _ClassVar[int]
-    COUNT_FIELD_NUMBER: _ClassVar[int]
-    connector: str
-    first: int
-    count: int
-    def __init__(self, connector: _Optional[str] = ..., first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
-
 class ConnectorsAndTasks(_message.Message):
-    __slots__ = ("connectors", "tasks", "task_ranges")
+    __slots__ = ("connectors", "tasks", "task_range_connectors", "task_range_firsts", "task_range_counts")
     CONNECTORS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
-    TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_CONNECTORS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_FIRSTS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     connectors: _containers.RepeatedScalarFieldContainer[str]
     tasks: _containers.RepeatedCompositeFieldContainer[ConnectorTaskId]
-    task_ranges: _containers.RepeatedCompositeFieldContainer[TaskRange]
-    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ..., task_ranges: _Optional[_Iterable[_Union[TaskRange, _Mapping]]] = ...) -> None: ...
+    task_range_connectors: _containers.RepeatedScalarFieldContainer[str]
+    task_range_firsts: _containers.RepeatedScalarFieldContainer[int]
+    task_range_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ..., task_range_connectors: _Optional[_Iterable[str]] = ..., task_range_firsts: _Optional[_Iterable[int]] = ..., task_range_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Assignor(_message.Message):
     __slots__ = ("name", "minimum_version", "maximum_version", "reason", "version", "metadata")
