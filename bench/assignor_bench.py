@@ -226,8 +226,8 @@ def main() -> int:
         "alternately in this run): building the request from the items (`Items.to_proto`), parsing it "
         "from bytes, and `assign()` on the parsed message (validation, conversion, the core, the response). "
         "The assignor deals a connector's tasks over the members one at a time, so here almost every "
-        "range is a single task: the gain is from three parallel arrays instead of one protobuf message "
-        "per task, not from merging runs."
+        "range is a single task: whatever differs comes from three parallel arrays instead of one protobuf "
+        "message per task, not from merging runs."
     )
     lines += [textwrap.fill(forms_intro, 100), ""]
     lines += [
