@@ -169,3 +169,28 @@ def test_old_and_new_callers_over_grpc_get_the_same_assignment() -> None:
     assert items_of(old) == items_of(new)
     assert old.assignor_state == new.assignor_state
     assert sorted(len(i.tasks) for i in items_of(new).values()) == [22] * 7 + [23] * 2
+
+
+def test_coordinator_checks_compact_results_of_the_assignor() -> None:
+    from services.coordinator.assignment import InvalidAssignment, target_items, validate_result
+
+    good = common_pb2.MemberTarget(member_id="w1")
+    Items.of(["a"], [("a", 0), ("a", 1), ("a", 2)]).to_proto(good.connectors_and_tasks, compact_tasks=True)
+    by_member = validate_result([good], {"w1": None}, {"a": 3}, 0)
+    assert target_items(by_member["w1"]) == Items.of(["a"], [("a", 0), ("a", 1), ("a", 2)])
+
+    def rejected(first: int, count: int) -> str:
+        mt = common_pb2.MemberTarget(
+            member_id="w1", connectors_and_tasks=common_pb2.ConnectorsAndTasks(connectors=["a"])
+        )
+        _add_range(mt.connectors_and_tasks, "a", first, count)
+        try:
+            validate_result([mt], {"w1": None}, {"a": 3}, 0)
+        except InvalidAssignment as e:
+            return str(e)
+        raise AssertionError("accepted")
+
+    assert rejected(0, 0) == "members[0].connectors_and_tasks.task_range_counts[0] must be >= 1, got 0"
+    # Beyond the connector's 3 tasks: refused at its first unknown task; a huge count by the bound, unexpanded.
+    assert rejected(0, 5) == "members[0] ('w1') is assigned unknown task a-3"
+    assert "more than the 1000000 allowed" in rejected(0, 2**31 - 1)
