@@ -69,9 +69,10 @@ def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[st
 
 
 def build_snapshot(
-    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str]
+    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str], compact_tasks: bool = False
 ) -> assignor_pb2.AssignRequest:
-    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare)."""
+    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare);
+    tasks as task ranges if ``compact_tasks`` (a worker that set accept_task_ranges)."""
     req = assignor_pb2.AssignRequest(
         assignor_name=assignor_name,
         group_id=group.group_id,
@@ -90,14 +91,14 @@ def build_snapshot(
         spec = m.assignor(assignor_name)
         if spec is not None:
             gm.assignor.CopyFrom(spec.to_proto())
-        m.owned.to_proto(gm.owned)
-        group.target_of(mid).to_proto(gm.target)
+        m.owned.to_proto(gm.owned, compact_tasks=compact_tasks)
+        group.target_of(mid).to_proto(gm.target, compact_tasks=compact_tasks)
     for name in sorted(group.connectors):
         req.connectors.add(name=name, task_count=group.connectors[name])
     req.current_target.assignment_epoch = group.assignment_epoch
     for mid, tv in group.target_members.items():
         mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
-        tv.items.to_proto(mt.connectors_and_tasks)
+        tv.items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
     return req
 
 
