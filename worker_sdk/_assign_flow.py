@@ -64,6 +64,8 @@ def assign_request(
         assignor_state=prepared.assignor_state,
         now_ms=prepared.now_ms,
         group_configs=prepared.group_configs,
+        # Compact results (hence a compact Install) only for a coordinator that reads them.
+        accept_task_ranges=prepared.accept_task_ranges,
     )
 
 
@@ -193,7 +195,10 @@ class AssignmentFlow:
         if self.phase == Phase.PREPARE:
             task = self.task
             request = coordinator_pb2.ConnectGroupPrepareAssignmentRequest(
-                group_id=task.group_id, member_id=task.member_id, member_epoch=task.member_epoch
+                group_id=task.group_id,
+                member_id=task.member_id,
+                member_epoch=task.member_epoch,
+                accept_task_ranges=True,
             )
             return SendPrepare(request, timeout)
         assert self.install is not None

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
-from operator import attrgetter
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -18,7 +16,8 @@ from services.assignor._model import (
     AssignOutput,
     Member,
 )
-from services.common.items import EMPTY, Items, TaskId
+from services.common import compact
+from services.common.items import EMPTY, Items
 
 INCREMENTAL_COOPERATIVE = "incremental-cooperative"
 EAGER = "eager"
@@ -68,9 +67,14 @@ def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignRespons
         info, max_delay_ms = _validate(request)
     except InvalidInput as e:
         return assignor_pb2.AssignResponse(error=e.code, error_message=e.message), None
-    inp, sources = to_input(request, max_delay_ms)
-    output = info.compute(inp)
-    return to_response(output, sources, _version(request, info)), output
+    try:
+        # Task ranges are checked as each message is decoded (owned ones lazily, inside compute):
+        # checking all of them up front cost more than the assignment at 10,000 members.
+        inp, sources = to_input(request, max_delay_ms)
+        output = info.compute(inp)
+    except compact.InvalidItems as e:
+        return assignor_pb2.AssignResponse(error=common_pb2.INVALID_REQUEST, error_message=str(e)), None
+    return to_response(output, sources, _version(request, info), request.accept_task_ranges), output
 
 
 def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int]:
@@ -156,27 +160,22 @@ def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
     return min(versions, default=info.maximum_version)
 
 
-# TaskId(c, t) without the Python-level __new__ that NamedTuple generates, so that converting a
-# member's tasks is one loop in C: this runs for every task of the group.
-_task_id = partial(tuple.__new__, TaskId)
-_task_fields = attrgetter("connector", "task")
-
-
-def _items(msg: common_pb2.ConnectorsAndTasks) -> Items:
-    if not msg.connectors and not msg.tasks:
-        return EMPTY
-    return Items(frozenset(msg.connectors), frozenset(map(_task_id, map(_task_fields, msg.tasks))))
+def _items(msg: common_pb2.ConnectorsAndTasks, field: str) -> Items:
+    # Both forms. Raises compact.InvalidItems naming ``field`` for a bad range, before expanding it;
+    # ``run`` answers that in-band. MAX_TASKS bounds what one message can make us allocate.
+    return compact.decode(msg, field, max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
 
 
 class _LazyItems(Mapping[str, Items]):
     """Converts a member's message only when looked up: converting 100,000 owned tasks that the
     assignor then never consults would cost several times the assignment itself."""
 
-    def __init__(self, messages: dict[str, common_pb2.ConnectorsAndTasks]) -> None:
+    def __init__(self, messages: dict[str, tuple[int, common_pb2.ConnectorsAndTasks]]) -> None:
         self._messages = messages
 
     def __getitem__(self, member_id: str) -> Items:
-        return _items(self._messages[member_id])
+        i, msg = self._messages[member_id]
+        return _items(msg, f"members[{i}].owned")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._messages)
@@ -191,12 +190,14 @@ def to_input(
     """The core's input, and for each live member the target it was given with the message it came from."""
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
-    live_with_target = {m.member_id for m in request.members if m.target.connectors or m.target.tasks}
-    for mt in request.current_target.members:
+    live_with_target = {
+        m.member_id for m in request.members if m.target.connectors or m.target.tasks or compact.has_ranges(m.target)
+    }
+    for i, mt in enumerate(request.current_target.members):
         # A live member's own target field wins; only the others are needed from the previous target.
         if not mt.member_id or mt.member_id in live_with_target:
             continue
-        items = _items(mt.connectors_and_tasks)
+        items = _items(mt.connectors_and_tasks, f"current_target.members[{i}].connectors_and_tasks")
         if mt.member_id in previous:
             previous[mt.member_id] |= items
             previous_msgs.pop(mt.member_id, None)  # merged: no single message holds it any more
@@ -206,14 +207,19 @@ def to_input(
 
     members = []
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
-    for m in request.members:
+    for i, m in enumerate(request.members):
         msg: common_pb2.ConnectorsAndTasks | None
         if m.member_id in live_with_target:
-            target, msg = _items(m.target), m.target
+            target, msg = _items(m.target, f"members[{i}].target"), m.target
         else:
             target, msg = previous.get(m.member_id, EMPTY), previous_msgs.get(m.member_id)
-        # Only a message without repeated entries can stand in for its items in the response.
-        if msg is not None and len(target) == len(msg.connectors) + len(msg.tasks):
+        # Only a message without repeated entries, in the form the caller reads, can stand in for
+        # its items in the response.
+        if (
+            msg is not None
+            and (request.accept_task_ranges or not compact.has_ranges(msg))
+            and len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
+        ):
             sources[m.member_id] = (target, msg)
         members.append(
             Member(
@@ -226,7 +232,7 @@ def to_input(
         members=members,
         connectors={c.name: c.task_count for c in request.connectors},
         previous_target=previous,
-        owned=_LazyItems({m.member_id: m.owned for m in request.members}),
+        owned=_LazyItems({m.member_id: (i, m.owned) for i, m in enumerate(request.members)}),
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
         max_delay_ms=max_delay_ms,
@@ -235,8 +241,12 @@ def to_input(
 
 
 def to_response(
-    output: AssignOutput, sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]], version: int
+    output: AssignOutput,
+    sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]],
+    version: int,
+    compact_tasks: bool = False,
 ) -> assignor_pb2.AssignResponse:
+    """The response; tasks as ``task_ranges`` only for a caller that set ``accept_task_ranges``."""
     response = assignor_pb2.AssignResponse(
         assignor_state=output.state.encode(), rebalance_delay_ms=output.rebalance_delay_ms
     )
@@ -248,5 +258,5 @@ def to_response(
             # Unchanged: copying the message it came in is far cheaper than rebuilding it item by item.
             mt.connectors_and_tasks.CopyFrom(source[1])
         else:
-            items.to_proto(mt.connectors_and_tasks)
+            items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
     return response

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from connect.coordinator.v1 import common_pb2
+from services.common import compact
 
 
 class TaskId(NamedTuple):
@@ -29,14 +30,16 @@ class Items:
         return Items(frozenset(connectors), frozenset(TaskId(c, t) for c, t in tasks))
 
     @staticmethod
-    def from_proto(msg: common_pb2.ConnectorsAndTasks) -> Items:
-        return Items(frozenset(msg.connectors), frozenset(TaskId(t.connector, t.task) for t in msg.tasks))
+    def from_proto(msg: common_pb2.ConnectorsAndTasks, field: str = "connectors_and_tasks") -> Items:
+        """Both forms (``tasks`` and the ``task_range_*`` arrays, union); see ``services.common.compact``.
+        Raises ``compact.InvalidItems`` (naming ``field``) for a range that cannot be expanded."""
+        return compact.decode(msg, field)
 
-    def to_proto(self, out: common_pb2.ConnectorsAndTasks | None = None) -> common_pb2.ConnectorsAndTasks:
-        msg = out if out is not None else common_pb2.ConnectorsAndTasks()
-        msg.connectors.extend(sorted(self.connectors))
-        msg.tasks.extend(common_pb2.ConnectorTaskId(connector=c, task=t) for c, t in sorted(self.tasks))
-        return msg
+    def to_proto(
+        self, out: common_pb2.ConnectorsAndTasks | None = None, *, compact_tasks: bool = False
+    ) -> common_pb2.ConnectorsAndTasks:
+        """Tasks as ``task_range_*`` arrays if ``compact_tasks`` (only for a peer that reads them), else ``tasks``."""
+        return compact.encode(self, out, compact=compact_tasks)
 
     def to_json(self) -> dict[str, Any]:
         return {"connectors": sorted(self.connectors), "tasks": [[c, t] for c, t in sorted(self.tasks)]}

@@ -285,9 +285,10 @@ class Admin(CoreBase):
                     member_epoch=m.member_epoch,
                     member_state=m.current.state,
                 )
-                m.owned.to_proto(dm.assignment)
-                group.target_of(mid).to_proto(dm.target_assignment)
-                group.pending_of(m).to_proto(dm.pending)
+                compact_tasks = req.accept_task_ranges  # only for a caller that reads them
+                m.owned.to_proto(dm.assignment, compact_tasks=compact_tasks)
+                group.target_of(mid).to_proto(dm.target_assignment, compact_tasks=compact_tasks)
+                group.pending_of(m).to_proto(dm.pending, compact_tasks=compact_tasks)
                 explain.describe_member(dm, group, m, self.timer)
             explain.describe_group(described, group, self.timer)
         return response

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from connect.coordinator.v1 import admin_pb2, common_pb2
+from services.common import compact
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -55,7 +56,7 @@ def _relative(ms: int, now_ms: int | None) -> str:
 
 
 def items_text(msg: common_pb2.ConnectorsAndTasks) -> str:
-    parts = list(msg.connectors) + [f"{t.connector}-{t.task}" for t in msg.tasks]
+    parts = list(msg.connectors) + [f"{t.connector}-{t.task}" for t in sorted(compact.iter_tasks(msg))]
     return ",".join(parts) if parts else "-"
 
 

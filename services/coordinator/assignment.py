@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
+from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.state import AssignorKey, Group, Member
 
@@ -68,15 +69,19 @@ def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[st
 
 
 def build_snapshot(
-    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str]
+    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str], compact_tasks: bool = False
 ) -> assignor_pb2.AssignRequest:
-    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare)."""
+    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare);
+    tasks as task ranges if ``compact_tasks`` (a worker that set accept_task_ranges)."""
     req = assignor_pb2.AssignRequest(
         assignor_name=assignor_name,
         group_id=group.group_id,
         group_epoch=group.epoch,
         assignor_state=group.target.assignor_state,
         now_ms=now_ms,
+        # We read task ranges in results (validate_result, target_items); the request stays expanded
+        # so that an assignor service older than the field still understands it.
+        accept_task_ranges=True,
     )
     req.group_configs.update(group_configs)
     for mid, m in group.members.items():
@@ -86,14 +91,14 @@ def build_snapshot(
         spec = m.assignor(assignor_name)
         if spec is not None:
             gm.assignor.CopyFrom(spec.to_proto())
-        m.owned.to_proto(gm.owned)
-        group.target_of(mid).to_proto(gm.target)
+        m.owned.to_proto(gm.owned, compact_tasks=compact_tasks)
+        group.target_of(mid).to_proto(gm.target, compact_tasks=compact_tasks)
     for name in sorted(group.connectors):
         req.connectors.add(name=name, task_count=group.connectors[name])
     req.current_target.assignment_epoch = group.assignment_epoch
     for mid, tv in group.target_members.items():
         mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
-        tv.items.to_proto(mt.connectors_and_tasks)
+        tv.items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
     return req
 
 
@@ -125,11 +130,16 @@ def validate_result(
             if c in seen:
                 raise InvalidAssignment(f"connector '{c}' is assigned to both '{seen[c]}' and '{mid}'")
             seen[c] = mid
-        for t in mt.connectors_and_tasks.tasks:
+        try:
+            compact.check_ranges(mt.connectors_and_tasks, f"members[{i}].connectors_and_tasks")
+        except compact.InvalidItems as e:
+            raise InvalidAssignment(str(e)) from None
+        # Both forms; a range is expanded lazily, so an oversized one stops at its first unknown task.
+        for t in compact.iter_tasks(mt.connectors_and_tasks):
             count = snapshot_connectors.get(t.connector)
             if count is None or not 0 <= t.task < count:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown task {t.connector}-{t.task}")
-            key = TaskId(t.connector, t.task)
+            key = t
             if key in seen:
                 raise InvalidAssignment(f"task {key} is assigned to both '{seen[key]}' and '{mid}'")
             seen[key] = mid

@@ -99,8 +99,10 @@ class AssignmentProcess(CoreBase):
         if inflight.executor:
             sink.nudge(group.group_id, (inflight.executor,), NUDGE_COMPUTE)
 
-    def _prepare(self, group: Group, inflight: InFlightAssignment, name: str, now: int) -> assignor_pb2.AssignRequest:
-        request = build_snapshot(group, name, now, self.group_configs(group))
+    def _prepare(
+        self, group: Group, inflight: InFlightAssignment, name: str, now: int, compact_tasks: bool = False
+    ) -> assignor_pb2.AssignRequest:
+        request = build_snapshot(group, name, now, self.group_configs(group), compact_tasks)
         inflight.group_epoch = group.epoch
         inflight.assignor_name = name
         inflight.snapshot_members = {mid: m.meta.instance_id for mid, m in group.members.items()}
@@ -156,8 +158,9 @@ class AssignmentProcess(CoreBase):
             validation.check_member_request(req.group_id, req.member_id, req.member_epoch, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
             name = self._selected_assignor(group)
-            snapshot = self._prepare(group, inflight, name, now_ms)
+            snapshot = self._prepare(group, inflight, name, now_ms, req.accept_task_ranges)
             response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
+                accept_task_ranges=True,  # Install reads both forms
                 group_epoch=snapshot.group_epoch,
                 assignor_name=snapshot.assignor_name,
                 members=snapshot.members,

@@ -6,6 +6,7 @@ Validation runs before a handler touches any state, so a bad request never chang
 from __future__ import annotations
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
+from services.common import compact
 from services.coordinator.config import ServerConfig
 from services.coordinator.errors import clip, invalid
 
@@ -47,6 +48,20 @@ def check_count(count: int, field: str, cfg: ServerConfig) -> None:
 
 def check_items(msg: common_pb2.ConnectorsAndTasks, field: str, cfg: ServerConfig = DEFAULTS) -> None:
     check_count(len(msg.connectors) + len(msg.tasks), field, cfg)
+    if compact.has_ranges(msg):
+        # Checked before anything is expanded: their counts add up against the same bound.
+        try:
+            compact.check_ranges(
+                msg,
+                field,
+                max_items=cfg.max_items_per_request,
+                max_tasks_per_connector=cfg.max_tasks_per_connector,
+                max_items_name=" (group.connect.max.items.per.request)",
+            )
+        except compact.InvalidItems as e:
+            raise invalid(str(e)) from None
+        for i, connector in enumerate(msg.task_range_connectors):
+            check_id(connector, f"{field}.task_range_connectors[{i}]", cfg=cfg)
     seen: set[str] = set()
     for i, c in enumerate(msg.connectors):
         check_id(c, f"{field}.connectors[{i}]", cfg=cfg)
@@ -130,7 +145,12 @@ def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, cfg
         raise invalid(f"rebalance_delay_ms must be >= 0, got {req.rebalance_delay_ms}")
     if req.error == 0:
         check_count(len(req.members), "members", cfg)
-        total = sum(len(m.connectors_and_tasks.connectors) + len(m.connectors_and_tasks.tasks) for m in req.members)
+        total = sum(
+            len(m.connectors_and_tasks.connectors)
+            + len(m.connectors_and_tasks.tasks)
+            + sum(max(n, 0) for n in m.connectors_and_tasks.task_range_counts)
+            for m in req.members
+        )
         check_count(total, "members[].connectors_and_tasks", cfg)
         for i, m in enumerate(req.members):
             check_id(m.member_id, f"members[{i}].member_id", cfg=cfg)

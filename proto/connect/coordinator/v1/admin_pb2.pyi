@@ -34,10 +34,12 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., groups: _Optional[_Iterable[_Union[ListedGroup, _Mapping]]] = ...) -> None: ...
 
 class DescribeGroupsRequest(_message.Message):
-    __slots__ = ("group_ids",)
+    __slots__ = ("group_ids", "accept_task_ranges")
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    accept_task_ranges: bool
+    def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
     __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms")

@@ -24,29 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#connect/coordinator/v1/common.proto\x12\x16\x63onnect.coordinator.v1\"2\n\x0f\x43onnectorTaskId\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\x05\"`\n\x12\x43onnectorsAndTasks\x12\x12\n\nconnectors\x18\x01 \x03(\t\x12\x36\n\x05tasks\x18\x02 \x03(\x0b\x32\'.connect.coordinator.v1.ConnectorTaskId\"}\n\x08\x41ssignor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fminimum_version\x18\x02 \x01(\x05\x12\x17\n\x0fmaximum_version\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\x05\x12\x0f\n\x07version\x18\x05 \x01(\x05\x12\x10\n\x08metadata\x18\x06 \x01(\x0c\"F\n\x0f\x43lientAssignors\x12\x33\n\tassignors\x18\x01 \x03(\x0b\x32 .connect.coordinator.v1.Assignor\"1\n\rConnectorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ntask_count\x18\x02 \x01(\x05\"\x9d\x01\n\x0cMemberTarget\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12H\n\x14\x63onnectors_and_tasks\x18\x02 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\r\n\x05\x65rror\x18\x03 \x01(\x05\x12\x0f\n\x07version\x18\x04 \x01(\x05\x12\x10\n\x08metadata\x18\x05 \x01(\x0c\"c\n\x10TargetAssignment\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05\x12\x35\n\x07members\x18\x02 \x03(\x0b\x32$.connect.coordinator.v1.MemberTarget\"\x98\x02\n\x0bGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x02 \x01(\x05\x12\x18\n\x0binstance_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03url\x18\x04 \x01(\t\x12\x32\n\x08\x61ssignor\x18\x05 \x01(\x0b\x32 .connect.coordinator.v1.Assignor\x12\x39\n\x05owned\x18\x06 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12:\n\x06target\x18\x07 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasksB\x0e\n\x0c_instance_id*\x95\x04\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x1e\n\x1aGROUP_AUTHORIZATION_FAILED\x10\x1e\x12\x13\n\x0fINVALID_REQUEST\x10*\x12 \n\x1cOUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x12\x1d\n\x19\x44UPLICATE_SEQUENCE_NUMBER\x10.\x12\x13\n\x0fNON_EMPTY_GROUP\x10\x44\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n\x12STALE_MEMBER_EPOCH\x10q\x12\x17\n\x12\x43OMPUTE_ASSIGNMENT\x10\xe8\x07\x12\x17\n\x12INVALID_ASSIGNMENT\x10\xe9\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#connect/coordinator/v1/common.proto\x12\x16\x63onnect.coordinator.v1\"2\n\x0f\x43onnectorTaskId\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\x05\"\xb5\x01\n\x12\x43onnectorsAndTasks\x12\x12\n\nconnectors\x18\x01 \x03(\t\x12\x36\n\x05tasks\x18\x02 \x03(\x0b\x32\'.connect.coordinator.v1.ConnectorTaskId\x12\x1d\n\x15task_range_connectors\x18\x03 \x03(\t\x12\x19\n\x11task_range_firsts\x18\x04 \x03(\x05\x12\x19\n\x11task_range_counts\x18\x05 \x03(\x05\"}\n\x08\x41ssignor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fminimum_version\x18\x02 \x01(\x05\x12\x17\n\x0fmaximum_version\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\x05\x12\x0f\n\x07version\x18\x05 \x01(\x05\x12\x10\n\x08metadata\x18\x06 \x01(\x0c\"F\n\x0f\x43lientAssignors\x12\x33\n\tassignors\x18\x01 \x03(\x0b\x32 .connect.coordinator.v1.Assignor\"1\n\rConnectorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ntask_count\x18\x02 \x01(\x05\"\x9d\x01\n\x0cMemberTarget\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12H\n\x14\x63onnectors_and_tasks\x18\x02 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12\r\n\x05\x65rror\x18\x03 \x01(\x05\x12\x0f\n\x07version\x18\x04 \x01(\x05\x12\x10\n\x08metadata\x18\x05 \x01(\x0c\"c\n\x10TargetAssignment\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05\x12\x35\n\x07members\x18\x02 \x03(\x0b\x32$.connect.coordinator.v1.MemberTarget\"\x98\x02\n\x0bGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x02 \x01(\x05\x12\x18\n\x0binstance_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x0b\n\x03url\x18\x04 \x01(\t\x12\x32\n\x08\x61ssignor\x18\x05 \x01(\x0b\x32 .connect.coordinator.v1.Assignor\x12\x39\n\x05owned\x18\x06 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasks\x12:\n\x06target\x18\x07 \x01(\x0b\x32*.connect.coordinator.v1.ConnectorsAndTasksB\x0e\n\x0c_instance_id*\x95\x04\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x1e\n\x1aGROUP_AUTHORIZATION_FAILED\x10\x1e\x12\x13\n\x0fINVALID_REQUEST\x10*\x12 \n\x1cOUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x12\x1d\n\x19\x44UPLICATE_SEQUENCE_NUMBER\x10.\x12\x13\n\x0fNON_EMPTY_GROUP\x10\x44\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n\x12STALE_MEMBER_EPOCH\x10q\x12\x17\n\x12\x43OMPUTE_ASSIGNMENT\x10\xe8\x07\x12\x17\n\x12INVALID_ASSIGNMENT\x10\xe9\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'connect.coordinator.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERRORCODE']._serialized_start=1008
-  _globals['_ERRORCODE']._serialized_end=1541
+  _globals['_ERRORCODE']._serialized_start=1094
+  _globals['_ERRORCODE']._serialized_end=1627
   _globals['_CONNECTORTASKID']._serialized_start=63
   _globals['_CONNECTORTASKID']._serialized_end=113
-  _globals['_CONNECTORSANDTASKS']._serialized_start=115
-  _globals['_CONNECTORSANDTASKS']._serialized_end=211
-  _globals['_ASSIGNOR']._serialized_start=213
-  _globals['_ASSIGNOR']._serialized_end=338
-  _globals['_CLIENTASSIGNORS']._serialized_start=340
-  _globals['_CLIENTASSIGNORS']._serialized_end=410
-  _globals['_CONNECTORSPEC']._serialized_start=412
-  _globals['_CONNECTORSPEC']._serialized_end=461
-  _globals['_MEMBERTARGET']._serialized_start=464
-  _globals['_MEMBERTARGET']._serialized_end=621
-  _globals['_TARGETASSIGNMENT']._serialized_start=623
-  _globals['_TARGETASSIGNMENT']._serialized_end=722
-  _globals['_GROUPMEMBER']._serialized_start=725
-  _globals['_GROUPMEMBER']._serialized_end=1005
+  _globals['_CONNECTORSANDTASKS']._serialized_start=116
+  _globals['_CONNECTORSANDTASKS']._serialized_end=297
+  _globals['_ASSIGNOR']._serialized_start=299
+  _globals['_ASSIGNOR']._serialized_end=424
+  _globals['_CLIENTASSIGNORS']._serialized_start=426
+  _globals['_CLIENTASSIGNORS']._serialized_end=496
+  _globals['_CONNECTORSPEC']._serialized_start=498
+  _globals['_CONNECTORSPEC']._serialized_end=547
+  _globals['_MEMBERTARGET']._serialized_start=550
+  _globals['_MEMBERTARGET']._serialized_end=707
+  _globals['_TARGETASSIGNMENT']._serialized_start=709
+  _globals['_TARGETASSIGNMENT']._serialized_end=808
+  _globals['_GROUPMEMBER']._serialized_start=811
+  _globals['_GROUPMEMBER']._serialized_end=1091
 # @@protoc_insertion_point(module_scope)

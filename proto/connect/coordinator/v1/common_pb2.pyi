@@ -59,12 +59,18 @@ class ConnectorTaskId(_message.Message):
     def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ...) -> None: ...
 
 class ConnectorsAndTasks(_message.Message):
-    __slots__ = ("connectors", "tasks")
+    __slots__ = ("connectors", "tasks", "task_range_connectors", "task_range_firsts", "task_range_counts")
     CONNECTORS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_CONNECTORS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_FIRSTS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RANGE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     connectors: _containers.RepeatedScalarFieldContainer[str]
     tasks: _containers.RepeatedCompositeFieldContainer[ConnectorTaskId]
-    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ...) -> None: ...
+    task_range_connectors: _containers.RepeatedScalarFieldContainer[str]
+    task_range_firsts: _containers.RepeatedScalarFieldContainer[int]
+    task_range_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, connectors: _Optional[_Iterable[str]] = ..., tasks: _Optional[_Iterable[_Union[ConnectorTaskId, _Mapping]]] = ..., task_range_connectors: _Optional[_Iterable[str]] = ..., task_range_firsts: _Optional[_Iterable[int]] = ..., task_range_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Assignor(_message.Message):
     __slots__ = ("name", "minimum_version", "maximum_version", "reason", "version", "metadata")

@@ -82,17 +82,19 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ..., assignment: _Optional[_Union[MemberAssignment, _Mapping]] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch")
+    __slots__ = ("group_id", "member_id", "member_epoch", "accept_task_ranges")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
+    accept_task_ranges: bool
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs")
+    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +112,7 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_epoch: int
@@ -120,7 +123,8 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     assignor_state: bytes
     now_ms: int
     group_configs: _containers.ScalarMap[str, str]
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    accept_task_ranges: bool
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "members", "assignor_state", "rebalance_delay_ms")
