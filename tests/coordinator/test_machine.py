@@ -27,6 +27,14 @@ def describe(machine: CoordinatorMachine, group: str) -> Ticket:
     return machine.read(machine.core.describe_groups, req)
 
 
+def join_request(group: str) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=group, member_id="", member_epoch=0)
+    req.rebalance_timeout_ms = 30_000
+    req.client_assignors.CopyFrom(assignors_proto(IC))
+    req.owned.SetInParent()
+    return req
+
+
 def loaded(service: bool = False) -> CoordinatorMachine:
     core = GroupCoordinator(TEST_CONFIG, {"incremental-cooperative": (0, 5)} if service else None)
     machine = CoordinatorMachine(core)
@@ -105,10 +113,7 @@ def test_a_failed_batch_costs_only_the_failing_request_and_what_is_built_on_it()
 def test_effects_are_released_only_once_their_records_are_committed() -> None:
     machine = loaded(service=True)
     put(machine, "g")
-    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="", member_epoch=0)
-    req.rebalance_timeout_ms = 30_000
-    req.client_assignors.CopyFrom(assignors_proto(IC))
-    req.owned.SetInParent()
+    req = join_request("g")
     join = machine.submit(machine.core.heartbeat, req, 0)
     assert [type(e) for e in join.effects] == [ServiceAssignment]
     assert machine.take_jobs() == []  # not before the commit
@@ -126,10 +131,7 @@ def test_effects_are_released_only_once_their_records_are_committed() -> None:
 def test_a_committed_join_releases_its_assignor_job() -> None:
     machine = loaded(service=True)
     put(machine, "g")
-    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="", member_epoch=0)
-    req.rebalance_timeout_ms = 30_000
-    req.client_assignors.CopyFrom(assignors_proto(IC))
-    req.owned.SetInParent()
+    req = join_request("g")
     machine.submit(machine.core.heartbeat, req, 0)
     batch = machine.next_batch()
     assert batch is not None
