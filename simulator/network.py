@@ -35,11 +35,14 @@ class Network:
     def _chaos(self, now: int) -> bool:
         return now < self.sim.scenario.fault_window_ms
 
-    def _delays(self, now: int, loss: float, what: str, may_duplicate: bool = True) -> list[int]:
-        """Delivery delays of one message: [] if it is lost, two if it is duplicated."""
+    def _delays(
+        self, now: int, loss: float, what: str, may_duplicate: bool = True, rng: random.Random | None = None
+    ) -> list[int]:
+        """Delivery delays of one message: [] if it is lost, two if it is duplicated. Nudges draw from
+        their own generator (`rng`), so a scenario's other messages do not depend on them."""
         stats = self.sim.stats
         stats.messages += 1
-        rng = self.rng
+        rng = rng or self.rng
         if not self._chaos(now):
             return [rng.randint(1, 10)]
         if rng.random() < loss:
@@ -151,26 +154,13 @@ class Network:
             self._open_stream(w, now, backoff_ms=self._push_rng.randint(100, 5_000))
 
     def nudge(self, member_ids: tuple[str, ...], reason: str, now: int) -> None:
-        by_member = {mid: (key, w) for w in self.sim.workers for key, mid in [((w.index, w.incarnation), w.member_id)]}
+        by_member = {w.member_id: w for w in self.sim.workers if w.member_id}
         for mid in member_ids:
-            found = by_member.get(mid)
-            if found is None or self._streams.get(found[0]) != mid:
-                continue  # no stream open for that member
-            w = found[1]
-            if w.partitioned:
-                continue
-            rng = self._push_rng
-            if self._chaos(now) and rng.random() < self.spec.loss_response:
-                self.sim.trace(f"C -> {w.name} nudge ({reason}): LOST")
-                continue
-            copies = 2 if self._chaos(now) and rng.random() < self.spec.duplicate else 1
-            for _ in range(copies):
-                delay = rng.randint(1, 10)
-                if self._chaos(now) and rng.random() < self.spec.delay:
-                    delay += rng.randint(0, self.spec.max_delay_ms)
-                self.last_chaos_delivery = (
-                    max(self.last_chaos_delivery, now + delay) if self._chaos(now) else self.last_chaos_delivery
-                )
+            w = by_member.get(mid)
+            if w is None or self._streams.get((w.index, w.incarnation)) != mid or w.partitioned:
+                continue  # no stream open for that member (or it cannot be reached)
+            what = f"C -> {w.name} nudge ({reason})"
+            for delay in self._delays(now, self.spec.loss_response, what, rng=self._push_rng):
                 self.sim.schedule(now + delay, self._at_worker_nudge, w, w.incarnation, mid, reason)
 
     def _at_worker_nudge(self, w: SimWorker, incarnation: int, member_id: str, reason: str, now: int) -> bool:

@@ -21,6 +21,11 @@ class AssignorSelectionError(Exception):
     pass
 
 
+def version_ranges(lists: Mapping[AssignorKey, int], name: str) -> list[tuple[int, int]]:
+    """The version ranges of assignor `name` in the members' lists (each distinct list once)."""
+    return [next((lo, hi) for nm, lo, hi in key if nm == name) for key, n in lists.items() if n > 0]
+
+
 def select_assignor_counted(lists: Mapping[AssignorKey, int], first: AssignorKey) -> str:
     """The assignor every member supports, by the members' precedence (lowest total rank wins; ties
     go to the first member's order); raises when there is none or the version ranges do not overlap.
@@ -40,7 +45,7 @@ def select_assignor_counted(lists: Mapping[AssignorKey, int], first: AssignorKey
                 ranks[name] += position * n
     first_order = {name: i for i, (name, _, _) in enumerate(first)}
     for name in sorted(common, key=lambda n: (ranks[n], first_order[n])):
-        ranges = [next((lo, hi) for nm, lo, hi in key if nm == name) for key, _ in present]
+        ranges = version_ranges(lists, name)
         if max(lo for lo, _ in ranges) <= min(hi for _, hi in ranges):
             return name
     raise AssignorSelectionError(

@@ -13,6 +13,7 @@ from services.coordinator import validation
 from services.coordinator.assignment import (
     AssignorSelectionError,
     select_assignor_counted,
+    version_ranges,
 )
 from services.coordinator.config import (
     MAX_SIZE,
@@ -309,7 +310,7 @@ class Membership(CoreBase):
             name = select_assignor_counted(lists, first)
         except AssignorSelectionError as e:
             raise ApiError(ErrorCode.UNSUPPORTED_ASSIGNOR, f"client_assignors: {e}") from None
-        ranges = [next((lo, hi) for nm, lo, hi in key if nm == name) for key, n in lists.items() if n > 0]
+        ranges = version_ranges(lists, name)
         low, high = min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
         mode = self.assignment_mode(group)
         if mode == MODE_SERVICE:

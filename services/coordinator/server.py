@@ -104,6 +104,26 @@ class _Instrumented:
     def _denied(self, method: str, count: int = 1) -> None:
         self.metrics.authorization_failures.labels(method).inc(count)
 
+    def _refusal(self, method: str, request: Any, context: Any) -> tuple[ErrorCode, str] | None:
+        """Why a request is refused before its handler (it does not parse; the ACLs deny it), or None.
+        Counted and logged here, for unary RPCs and streams alike."""
+        if isinstance(request, Unparsable):
+            self.metrics.unparsable_requests.labels(method).inc()
+            peer = context.peer() if context is not None else "?"
+            self._log_unparsable("%s from %s does not parse: %s", method, peer, request.error)
+            return ErrorCode.INVALID_REQUEST, f"the request does not parse: {request.error}"
+        if not self.authorizer.enabled:
+            return None
+        principal = peer_principal(context)
+        gid = request.group_id
+        if self.authorizer.allowed(principal, method, gid):
+            return None
+        self._denied(method)
+        return (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
+        )
+
     async def _serve(
         self,
         method: str,
@@ -118,26 +138,11 @@ class _Instrumented:
             return await self._call(method, response_type, lambda: run(request), error_of, authorized=True)
 
         async def guarded() -> Any:
-            if isinstance(request, Unparsable):
-                self.metrics.unparsable_requests.labels(method).inc()
-                peer = context.peer() if context is not None else "?"
-                self._log_unparsable("%s from %s does not parse: %s", method, peer, request.error)
-                return _in_band_error(
-                    response_type, None, ErrorCode.INVALID_REQUEST, f"the request does not parse: {request.error}"
-                )
-            if not self.authorizer.enabled:
+            refused = self._refusal(method, request, context)
+            if refused is None:
                 return await run(request)
-            principal = peer_principal(context)
-            gid = request.group_id
-            if self.authorizer.allowed(principal, method, gid):
-                return await run(request)
-            self._denied(method)
-            return _in_band_error(
-                response_type,
-                request,
-                ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
-            )
+            code, message = refused
+            return _in_band_error(response_type, None if isinstance(request, Unparsable) else request, code, message)
 
         return await self._call(method, response_type, guarded, error_of, authorized=True)
 
@@ -221,26 +226,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             hub.close(stream)
 
     async def _watch_refusal(self, method: str, request: Any, context: Any) -> Any:
-        """The nudge that refuses a stream (unparsable, bad ids, not authorized), or None to open it."""
-        if isinstance(request, Unparsable):
-            self.metrics.unparsable_requests.labels(method).inc()
-            return coordinator_pb2.ConnectGroupWatchResponse(
-                error_code=ErrorCode.INVALID_REQUEST, error_message=f"the request does not parse: {request.error}"
-            )
-        try:
-            validation.check_id(request.group_id, "group_id", cfg=self.core.config)
-            validation.check_id(request.member_id, "member_id", cfg=self.core.config)
-        except ApiError as e:
-            return coordinator_pb2.ConnectGroupWatchResponse(error_code=e.code, error_message=e.message)
-        if self.authorizer.enabled:
-            principal = peer_principal(context)
-            if not self.authorizer.allowed(principal, method, request.group_id):
-                self._denied(method)
-                return coordinator_pb2.ConnectGroupWatchResponse(
-                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                    error_message=f"{principal} is not authorized to read group '{clip(request.group_id)}'",
-                )
-        return None
+        """The message that refuses a stream (unparsable, not authorized, bad ids), or None to open it."""
+        refused = self._refusal(method, request, context)
+        if refused is None:
+            try:
+                validation.check_id(request.group_id, "group_id", cfg=self.core.config)
+                validation.check_id(request.member_id, "member_id", cfg=self.core.config)
+            except ApiError as e:
+                refused = e.code, e.message
+        if refused is None:
+            return None
+        return coordinator_pb2.ConnectGroupWatchResponse(error_code=refused[0], error_message=refused[1])
 
     async def ConnectGroupPrepareAssignment(self, request: Any, context: Any) -> Any:
         return await self._serve(

@@ -186,23 +186,17 @@ class Context:
         url: str | None = None,
         full: bool = False,
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=epoch)
-        if epoch == 0 or full:
-            req.rebalance_timeout_ms = rebalance_timeout_ms or 30_000
-            req.client_assignors.CopyFrom(assignors or assignors_proto(IC))
-            if owned is None:
-                owned = Items()
-        else:
-            if rebalance_timeout_ms is not None:
-                req.rebalance_timeout_ms = rebalance_timeout_ms
-            if assignors is not None:
-                req.client_assignors.CopyFrom(assignors)
-        if owned is not None:
-            owned.to_proto(req.owned)
-        if instance_id is not None:
-            req.instance_id = instance_id
-        if url is not None:
-            req.url = url
+        req = heartbeat_request(
+            member_id,
+            epoch,
+            group_id,
+            owned=owned,
+            assignors=assignors,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            instance_id=instance_id,
+            url=url,
+            full=full,
+        )
         # Numbered like the worker SDK numbers its heartbeats (always newer than the last one).
         req.request_sequence = self.next_sequence()
         self.last_request = req  # (for tests that deliver a copy again later)
@@ -315,6 +309,39 @@ class Context:
         for r in compact(self.log):
             fresh.replay(r)
         assert durable_view(fresh) == durable_view(self.coordinator.state)
+
+
+def heartbeat_request(
+    member_id: str = "",
+    epoch: int = 0,
+    group_id: str = "g",
+    *,
+    owned: Items | None = None,
+    assignors: common_pb2.ClientAssignors | None = None,
+    rebalance_timeout_ms: int | None = None,
+    instance_id: str | None = None,
+    url: str | None = None,
+    full: bool = False,
+) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    """A heartbeat as a worker sends it: a join (epoch 0) or `full` one carries every join field."""
+    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=epoch)
+    if epoch == 0 or full:
+        req.rebalance_timeout_ms = rebalance_timeout_ms or 30_000
+        req.client_assignors.CopyFrom(assignors or assignors_proto(IC))
+        if owned is None:
+            owned = Items()
+    else:
+        if rebalance_timeout_ms is not None:
+            req.rebalance_timeout_ms = rebalance_timeout_ms
+        if assignors is not None:
+            req.client_assignors.CopyFrom(assignors)
+    if owned is not None:
+        owned.to_proto(req.owned)
+    if instance_id is not None:
+        req.instance_id = instance_id
+    if url is not None:
+        req.url = url
+    return req
 
 
 def own_assignors(member: Member) -> common_pb2.ClientAssignors:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from connect.coordinator.v1 import admin_pb2, coordinator_pb2
+from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import GroupCoordinator, ServiceAssignment
 from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
-from tests.coordinator.harness import IC, TEST_CONFIG, assignors_proto
+from tests.coordinator.harness import TEST_CONFIG, heartbeat_request
 
 
 def put(machine: CoordinatorMachine, group: str, connector: str = "A", tasks: int = 1) -> Ticket:
@@ -25,14 +25,6 @@ def put(machine: CoordinatorMachine, group: str, connector: str = "A", tasks: in
 def describe(machine: CoordinatorMachine, group: str) -> Ticket:
     req = admin_pb2.DescribeGroupsRequest(group_ids=[group])
     return machine.read(machine.core.describe_groups, req)
-
-
-def join_request(group: str) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
-    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=group, member_id="", member_epoch=0)
-    req.rebalance_timeout_ms = 30_000
-    req.client_assignors.CopyFrom(assignors_proto(IC))
-    req.owned.SetInParent()
-    return req
 
 
 def loaded(service: bool = False) -> CoordinatorMachine:
@@ -113,7 +105,7 @@ def test_a_failed_batch_costs_only_the_failing_request_and_what_is_built_on_it()
 def test_effects_are_released_only_once_their_records_are_committed() -> None:
     machine = loaded(service=True)
     put(machine, "g")
-    req = join_request("g")
+    req = heartbeat_request("", 0, "g")
     join = machine.submit(machine.core.heartbeat, req, 0)
     assert [type(e) for e in join.effects] == [ServiceAssignment]
     assert machine.take_jobs() == []  # not before the commit
@@ -131,7 +123,7 @@ def test_effects_are_released_only_once_their_records_are_committed() -> None:
 def test_a_committed_join_releases_its_assignor_job() -> None:
     machine = loaded(service=True)
     put(machine, "g")
-    req = join_request("g")
+    req = heartbeat_request("", 0, "g")
     machine.submit(machine.core.heartbeat, req, 0)
     batch = machine.next_batch()
     assert batch is not None

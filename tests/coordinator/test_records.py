@@ -30,7 +30,7 @@ from services.coordinator.records import (
 )
 from services.coordinator.state import NO_ASSIGNMENT
 from services.coordinator.timers import TimerKey, TimerKind
-from tests.coordinator.harness import IC, Context, assignors_proto, items
+from tests.coordinator.harness import Context, heartbeat_request, items
 
 G = "g"
 IC_SPEC = (AssignorSpec(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2),)
@@ -41,19 +41,15 @@ def event(ctx: Context, kind: str, member_id: str = "", member_epoch: int = 0, *
     return RebalanceEvent(G, ctx.now, kind, member_id, g.epoch, g.assignment_epoch, member_epoch, details)
 
 
-def join_request(ctx: Context, member_id: str = "") -> coordinator_pb2.ConnectGroupHeartbeatRequest:
-    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=G, member_id=member_id, member_epoch=0)
-    req.rebalance_timeout_ms = 30_000
-    req.client_assignors.CopyFrom(assignors_proto(IC))
-    req.owned.SetInParent()
+def join_request(ctx: Context) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    req = heartbeat_request("", 0, G)
     req.request_sequence = ctx.next_sequence()
     return req
 
 
 def heartbeat(ctx: Context, member_id: str, owned: Any = None) -> Result:
     m = ctx.group(G).members[member_id]
-    req = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id=G, member_id=member_id, member_epoch=m.member_epoch)
-    (owned if owned is not None else m.current.assigned).to_proto(req.owned)
+    req = heartbeat_request(member_id, m.member_epoch, G, owned=owned if owned is not None else m.current.assigned)
     req.request_sequence = ctx.next_sequence()
     result = ctx.coordinator.heartbeat(req, ctx.now)
     ctx._apply(result)
