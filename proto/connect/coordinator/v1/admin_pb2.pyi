@@ -344,3 +344,77 @@ class RemoveMembersResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[RemovedMember]
     group_epoch: int
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RemovedMember, _Mapping]]] = ..., group_epoch: _Optional[int] = ...) -> None: ...
+
+class FindCoordinatorRequest(_message.Message):
+    __slots__ = ("group_id",)
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+
+class FindCoordinatorResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "address", "partition", "epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    address: str
+    partition: int
+    epoch: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., address: _Optional[str] = ..., partition: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class DescribeCoordinatorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CoordinatorReplica(_message.Message):
+    __slots__ = ("replica_id", "address", "started_ms", "expires_ms", "live", "partitions_owned")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_OWNED_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    address: str
+    started_ms: int
+    expires_ms: int
+    live: bool
+    partitions_owned: int
+    def __init__(self, replica_id: _Optional[str] = ..., address: _Optional[str] = ..., started_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., live: _Optional[bool] = ..., partitions_owned: _Optional[int] = ...) -> None: ...
+
+class PartitionLease(_message.Message):
+    __slots__ = ("partition", "owner_replica_id", "owner_address", "epoch", "expires_ms", "groups")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    owner_replica_id: str
+    owner_address: str
+    epoch: int
+    expires_ms: int
+    groups: int
+    def __init__(self, partition: _Optional[int] = ..., owner_replica_id: _Optional[str] = ..., owner_address: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_ms: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
+
+class DescribeCoordinatorsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "partition_count", "replicas", "partitions", "now_ms", "replica_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    partition_count: int
+    replicas: _containers.RepeatedCompositeFieldContainer[CoordinatorReplica]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLease]
+    now_ms: int
+    replica_id: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., partition_count: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[CoordinatorReplica, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLease, _Mapping]]] = ..., now_ms: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...

@@ -80,6 +80,16 @@ class ConnectGroupAdminStub:
                 request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.SerializeToString,
                 response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/connect.coordinator.v1.ConnectGroupAdmin/FindCoordinator',
+                request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.DescribeCoordinators = channel.unary_unary(
+                '/connect.coordinator.v1.ConnectGroupAdmin/DescribeCoordinators',
+                request_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsRequest.SerializeToString,
+                response_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsResponse.FromString,
+                _registered_method=True)
 
 
 class ConnectGroupAdminServicer:
@@ -146,6 +156,21 @@ class ConnectGroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Which replica coordinates a group (SPEC §10). Any replica answers, from the partition leases
+        it last read; COORDINATOR_NOT_AVAILABLE while the group's partition has no live owner.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeCoordinators(self, request, context):
+        """The replicas sharing the database and who owns each partition (read from the database).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConnectGroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +218,16 @@ def add_ConnectGroupAdminServicer_to_server(servicer, server):
                     servicer.RemoveMembers,
                     request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.FromString,
                     response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'DescribeCoordinators': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCoordinators,
+                    request_deserializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsRequest.FromString,
+                    response_serializer=connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,6 +474,60 @@ class ConnectGroupAdmin:
             '/connect.coordinator.v1.ConnectGroupAdmin/RemoveMembers',
             connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersRequest.SerializeToString,
             connect_dot_coordinator_dot_v1_dot_admin__pb2.RemoveMembersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.coordinator.v1.ConnectGroupAdmin/FindCoordinator',
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorRequest.SerializeToString,
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCoordinators(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/connect.coordinator.v1.ConnectGroupAdmin/DescribeCoordinators',
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsRequest.SerializeToString,
+            connect_dot_coordinator_dot_v1_dot_admin__pb2.DescribeCoordinatorsResponse.FromString,
             options,
             channel_credentials,
             insecure,
