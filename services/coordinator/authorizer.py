@@ -58,6 +58,8 @@ METHOD_OPERATIONS: dict[str, str] = {
     "DeleteGroups": DELETE,  # per group
     "ListGroupEvents": DESCRIBE,  # the group's rebalance event log
     "RemoveMembers": ALTER,  # `connect-groups members remove`
+    "FindCoordinator": DESCRIBE,  # which replica serves the group (SPEC §10)
+    "DescribeCoordinators": DESCRIBE,  # cluster-wide: checked against the group '*'
 }
 
 

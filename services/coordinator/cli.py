@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -25,8 +26,9 @@ from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
-from services.coordinator.server import start_server
+from services.coordinator.server import split_address, start_server
 from services.storage import Storage, StorageError, default_sqlite_url
+from services.storage.leases import ClusterMismatch
 
 log = logging.getLogger("connect.coordinator")
 ENV_PREFIX = "CONNECT_COORDINATOR_"
@@ -57,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the coordinator")
     serve.add_argument(
         "--listen", default=_env("LISTEN", "127.0.0.1:8470"), help="gRPC address HOST:PORT (default %(default)s)"
+    )
+    serve.add_argument(
+        "--advertised-address",
+        default=_env("ADVERTISED_ADDRESS", None),
+        metavar="HOST:PORT",
+        help="the address clients are sent to for the groups this replica owns (default: --listen, "
+        "with this host's name for a wildcard host)",
     )
     serve.add_argument(
         "--database", default=_env("DATABASE", None), help="SQLAlchemy URL (default: SQLite ./data/coordinator.db)"
@@ -194,6 +203,14 @@ def assignor_directory(args: argparse.Namespace, tls: ClientTls | None = None) -
     )
 
 
+def advertised_default(listen: str) -> str:
+    """--listen as clients can reach it: a wildcard host becomes this host's name."""
+    host, port = split_address(listen)
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def serve(args: argparse.Namespace) -> int:
     # Requests allocate many short-lived protobuf objects: collect the young generation less often.
     gc.set_threshold(20_000, 50, 100)
@@ -216,7 +233,9 @@ async def serve(args: argparse.Namespace) -> int:
     # With assignor services, names are filled in by discovery (runtime.start, then periodically).
     coordinator = GroupCoordinator(config, {} if assignors is not None else None)
     runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
-    await runtime.start()
+    if args.advertised_address:
+        split_address(args.advertised_address)  # a malformed address: one line, exit 2
+    await runtime.start(args.advertised_address or advertised_default(args.listen))
     running = await start_server(
         runtime,
         args.listen,
@@ -227,6 +246,8 @@ async def serve(args: argparse.Namespace) -> int:
         authorizer=authorizer,
     )
     host = args.listen.rpartition(":")[0]
+    if not args.advertised_address and runtime.replica is not None:
+        runtime.replica.advertise(advertised_default(f"{host}:{running.port}"))  # the port bound for :0
     print(f"connect-coordinator listening on {host}:{running.port}", flush=True)
     if running.health_port:
         log.info("health service (plaintext) on %s:%d", args.health_listen.rpartition(":")[0], running.health_port)
@@ -270,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"connect-coordinator: {one_line(e)}", file=sys.stderr)
         return 2
-    except (OperatorError, StorageError, OSError, RuntimeError) as e:
+    except (OperatorError, StorageError, ClusterMismatch, OSError, RuntimeError) as e:
         # A port in use, a database that cannot be reached or refuses the password, a missing file.
         print(f"connect-coordinator: {one_line(e)}", file=sys.stderr)
         return 1

@@ -45,6 +45,11 @@ class ServerConfig:
     # brings their heartbeats over half a second, not in one millisecond), and open streams at most.
     push_nudges_per_second: int = 2_000
     max_push_streams: int = 100_000
+    # Replicas (SPEC §10): partitions of the group id space (0: the database's, or 24 when it is
+    # created), how long a partition lease lasts without renewal, and how often leases are renewed.
+    coordinator_partitions: int = 0
+    coordinator_lease_ms: int = 10_000
+    coordinator_lease_renew_interval_ms: int = 1_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -69,6 +74,9 @@ class ServerConfig:
         "group.connect.max.rebalance.timeout.ms": "max_rebalance_timeout_ms",
         "group.connect.push.nudges.per.second": "push_nudges_per_second",
         "group.connect.max.push.streams": "max_push_streams",
+        "group.coordinator.partitions": "coordinator_partitions",
+        "group.coordinator.lease.ms": "coordinator_lease_ms",
+        "group.coordinator.lease.renew.interval.ms": "coordinator_lease_renew_interval_ms",
     }
 
     @classmethod
@@ -113,6 +121,15 @@ class ServerConfig:
         ):
             if getattr(self, attr) < 1:
                 raise ValueError(f"{by_attr[attr]} must be >= 1")
+        if self.coordinator_partitions > 10_000:
+            raise ValueError("group.coordinator.partitions must be at most 10000")
+        if self.coordinator_lease_renew_interval_ms < 10:
+            raise ValueError("group.coordinator.lease.renew.interval.ms must be >= 10")
+        if self.coordinator_lease_ms < 3 * self.coordinator_lease_renew_interval_ms:
+            raise ValueError(
+                "group.coordinator.lease.ms must be at least 3 x group.coordinator.lease.renew.interval.ms "
+                "(a lease must survive a missed renewal)"
+            )
         if self.max_id_length < 36:
             raise ValueError("group.connect.max.id.length must be >= 36 (member ids are UUIDs)")
         if self.max_request_bytes > INT32_MAX:

@@ -131,6 +131,46 @@ class CoordinatorMetrics:
         self.event_queue_size = Gauge(
             f"{PREFIX}_event_queue_size", "Records applied in memory and waiting to be committed.", registry=r
         )
+        # Replicas (SPEC §10).
+        self.partitions_owned = Gauge(
+            f"{PREFIX}_partitions_owned", "Partitions this replica owns and serves (loaded).", registry=r
+        )
+        self.partition_count = Gauge(
+            f"{PREFIX}_partitions", "Partitions of the group id space (recorded in the database).", registry=r
+        )
+        self.partition_loads = Counter(
+            f"{PREFIX}_partition_loads_total", "Partitions acquired and loaded from storage.", registry=r
+        )
+        self.partition_load_duration = Histogram(
+            f"{PREFIX}_partition_load_duration_seconds",
+            "Time from acquiring a partition's lease to serving its groups.",
+            buckets=SLOW_BUCKETS,
+            registry=r,
+        )
+        self.lease_renewals = Counter(
+            f"{PREFIX}_lease_renewals_total",
+            "Lease cycles (renewing every lease held), by result.",
+            ["result"],
+            registry=r,
+        )
+        self.lease_losses = Counter(
+            f"{PREFIX}_lease_losses_total",
+            "Partitions lost without handing them over (not renewed in time, or fenced on write).",
+            registry=r,
+        )
+        self.partition_handovers = Counter(
+            f"{PREFIX}_partition_handovers_total", "Partitions released to another replica.", registry=r
+        )
+        self.fenced_writes = Counter(
+            f"{PREFIX}_fenced_writes_total",
+            "Write transactions refused because a partition's lease was no longer this replica's.",
+            registry=r,
+        )
+        self.not_coordinator = Counter(
+            f"{PREFIX}_not_coordinator_total",
+            "Requests answered NOT_COORDINATOR (their group is owned by another replica).",
+            registry=r,
+        )
         self.load_duration = Gauge(
             f"{PREFIX}_shard_load_duration_seconds", "Time the last load of the state from storage took.", registry=r
         )

@@ -111,6 +111,14 @@ class NudgeHub:
         for stream in list(self._streams.values()):
             self.close(stream)
 
+    def close_groups(self, group_ids: set[str]) -> None:
+        """These groups moved to another replica: end their streams (members follow the new owner)."""
+        if not group_ids:
+            return
+        for key, stream in list(self._streams.items()):
+            if key[0] in group_ids:
+                self.close(stream)
+
     def nudge(self, group_id: str, member_ids: Iterable[str], reason: str) -> None:
         for mid in member_ids:
             stream = self._streams.get((group_id, mid))

@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
+from connect.coordinator.v1 import admin_pb2, assignor_pb2, assignor_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.tls import ClientTls, aio_channel
 from services.coordinator.config import MODE_SERVICE
@@ -34,10 +34,13 @@ from services.coordinator.core import GroupCoordinator, Result, ServiceAssignmen
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
 from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.partitions import RouteKind
 from services.coordinator.push import NudgeHub
 from services.coordinator.records import EventType, RebalanceEvent, Record
+from services.coordinator.replicas import Replica, monotonic_ms
 from services.coordinator.state import STABLE
 from services.storage import Storage
+from services.storage.leases import FencedError
 
 log = logging.getLogger("connect.coordinator")
 
@@ -141,6 +144,8 @@ class CoordinatorRuntime:
         self._busy_ns = 0
         self._queued = 0
         self._stopping = False
+        # Partition leases (SPEC §10): which groups this replica serves; set up by `start`.
+        self.replica: Replica | None = None
 
     @property
     def loaded(self) -> bool:
@@ -148,7 +153,8 @@ class CoordinatorRuntime:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, address: str = "127.0.0.1:0") -> None:
+        """Load and serve: `address` is the one advertised to clients for this replica's groups."""
         if self.assignors is not None:
             # Once before loading (assignments may be resumed at once), then in the background.
             # Services not up yet are found later: periodically, or when a worker names their assignor.
@@ -156,13 +162,24 @@ class CoordinatorRuntime:
             self.assignors.start()
         # The writer first: loading may itself produce records (e.g. an assignment requested again).
         self._tasks = [asyncio.create_task(self._writer(), name="writer")]
-        await self._load()
+        await self._answer(self.machine.load([], self.clock()))
+        started = time.perf_counter()
+        # Acquire this replica's partitions and load their groups before answering anything.
+        self.replica = Replica(self, address)
+        await self.replica.start()
+        self.metrics.load_duration.set(time.perf_counter() - started)
+        # The group state is large and long-lived: move it out of the collector's generations so
+        # the periodic full collections don't rescan it on the request path.
+        gc.collect()
+        gc.freeze()
         self._tasks.append(asyncio.create_task(self._timers(), name="timers"))
         self._tasks.append(asyncio.create_task(self._loop_monitor(), name="loop-monitor"))
 
     async def stop(self) -> None:
         self._stopping = True
         self.nudges.close_all()
+        if self.replica is not None:
+            await self.replica.stop()  # hands the partitions over (their writes drain first)
         with contextlib.suppress(NotAvailable):
             await self.barrier()
         for task in [*self._tasks, *self._assignment_tasks]:
@@ -172,9 +189,16 @@ class CoordinatorRuntime:
             await self.assignors.close()
 
     async def _load(self) -> None:
+        """Replace the whole state by what storage holds for the partitions served here."""
         self.machine.unload()
         started = time.perf_counter()
-        records = await asyncio.to_thread(self.storage.load)
+        table = self.replica.table if self.replica is not None else None
+        if table is None:
+            records = await asyncio.to_thread(self.storage.load)
+        else:
+            ids = await asyncio.to_thread(self.storage.group_ids)
+            held = set(table.held)
+            records = await asyncio.to_thread(self.storage.load, group_ids=table.groups_of(held, ids))
         ticket = self.machine.load(records, self.clock())
         self.metrics.load_duration.set(time.perf_counter() - started)
         # The group state is large and long-lived: move it out of the collector's generations so
@@ -186,10 +210,133 @@ class CoordinatorRuntime:
         )
         await self._answer(ticket)
 
+    # ---- groups moving in and out (replicas.py) ----------------------------------------------
+
+    def install_groups(self, stored: dict[str, list[Record]], now_ms: int) -> None:
+        """A partition was acquired: its groups, as stored, join memory (replayed and re-armed)."""
+        self.machine.reload_groups(stored, now_ms)
+        self._pump()
+
+    def drop_groups(self, group_ids: set[str], now_ms: int) -> None:
+        """A partition left: its groups leave memory (timers included) and their push streams end."""
+        if not group_ids:
+            return
+        self.machine.reload_groups({gid: [] for gid in sorted(group_ids)}, now_ms)
+        self.nudges.close_groups(group_ids)
+        for gid in group_ids:
+            self._unstable_since.pop(gid, None)
+        self._pump()
+
+    # ---- routing (SPEC §10) ------------------------------------------------------------------
+
+    def refusal(self, group_id: str) -> NotAvailable | None:
+        """Why a request for this group is not served here (owned elsewhere, loading, no owner), or None."""
+        table = self.replica.table if self.replica is not None else None
+        if table is None:
+            return None
+        route = table.route(group_id, monotonic_ms())
+        if route.kind is RouteKind.SERVE:
+            return None
+        if route.kind is RouteKind.LOADING:
+            return NotAvailable(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"the coordinator is loading partition {route.partition} (group '{group_id[:255]}'); retry",
+            )
+        if route.kind is RouteKind.NOT_COORDINATOR:
+            self.metrics.not_coordinator.inc()
+            return NotAvailable(
+                ErrorCode.NOT_COORDINATOR,
+                f"group '{group_id[:255]}' (partition {route.partition}) is coordinated by {route.address}",
+            )
+        return NotAvailable(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"partition {route.partition} of group '{group_id[:255]}' has no live coordinator right now; retry",
+        )
+
+    def find_coordinator(self, group_id: str) -> admin_pb2.FindCoordinatorResponse:
+        """FindCoordinator: the owner of the group's partition as this replica last read the leases."""
+        table = self.replica.table if self.replica is not None else None
+        if table is None:
+            return admin_pb2.FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator is starting"
+            )
+        route = table.find(group_id, monotonic_ms())
+        if route.kind in (RouteKind.SERVE, RouteKind.NOT_COORDINATOR):
+            return admin_pb2.FindCoordinatorResponse(
+                address=route.address, partition=route.partition, epoch=route.epoch
+            )
+        return admin_pb2.FindCoordinatorResponse(
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message=f"partition {route.partition} of group '{group_id[:255]}' has no live coordinator right now; retry",
+            partition=route.partition,
+        )
+
+    async def describe_coordinators(self) -> admin_pb2.DescribeCoordinatorsResponse:
+        """Every registered replica and every partition's lease, as the database holds them now."""
+        replica = self.replica
+        if replica is None or replica.table is None:
+            return admin_pb2.DescribeCoordinatorsResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator is starting"
+            )
+        table = replica.table
+        try:
+            scan = await asyncio.to_thread(self.storage.read_leases)
+        except Exception as e:
+            raise NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot read the leases: {e}") from None
+        groups_here: dict[int, int] = dict.fromkeys(table.owned(), 0)
+        for gid in self.coordinator.state.groups:
+            p = table.partition(gid)
+            if p in groups_here:
+                groups_here[p] += 1
+        response = admin_pb2.DescribeCoordinatorsResponse(
+            partition_count=table.count, now_ms=scan.now_ms, replica_id=replica.replica_id
+        )
+        owned: dict[str, int] = {}
+        for lease in scan.leases:
+            live_owner = lease.owner is not None and lease.expires_ms > scan.now_ms
+            if live_owner and lease.owner is not None:
+                owned[lease.owner] = owned.get(lease.owner, 0) + 1
+            response.partitions.add(
+                partition=lease.partition,
+                owner_replica_id=lease.owner or "",
+                owner_address=lease.address,
+                epoch=lease.epoch,
+                expires_ms=lease.expires_ms,
+                groups=groups_here.get(lease.partition, -1),
+            )
+        for r in scan.replicas:
+            response.replicas.add(
+                replica_id=r.replica_id,
+                address=r.address,
+                started_ms=r.started_ms,
+                expires_ms=r.expires_ms,
+                live=r.expires_ms > scan.now_ms,
+                partitions_owned=owned.get(r.replica_id, 0),
+            )
+        return response
+
+    def _routed(self, request: Any) -> str | None:
+        """The group a request is routed by (raises NotAvailable if it is not served here)."""
+        gid = getattr(request, "group_id", None)
+        if not isinstance(gid, str) or self.replica is None:
+            return None
+        refused = self.refusal(gid)
+        if refused is not None:
+            raise refused
+        return gid
+
+    def _still_served(self, group_id: str | None) -> None:
+        """Just before an answer leaves: the lease may have run out while it was being handled."""
+        if group_id is not None:
+            refused = self.refusal(group_id)
+            if refused is not None:
+                raise refused
+
     # ---- request path ----------------------------------------------------------------------
 
     async def handle(self, handler: Callable[[Any, int], Result], request: Any) -> Any:
         """Run a state-changing handler and return its response once its records are durable."""
+        routed = self._routed(request)
         started = time.perf_counter_ns()
         try:
             ticket = self.machine.submit(handler, request, self.clock())
@@ -202,11 +349,16 @@ class CoordinatorRuntime:
             ) from None
         finally:
             self._busy_ns += time.perf_counter_ns() - started
-        return await self._answer(ticket)
+        response = await self._answer(ticket)
+        self._still_served(routed)
+        return response
 
     async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
         """Run a read-only handler; answer once everything it could have seen is durable."""
-        return await self._answer(self.machine.read(reader, request))
+        routed = self._routed(request)
+        response = await self._answer(self.machine.read(reader, request))
+        self._still_served(routed)
+        return response
 
     async def barrier(self) -> None:
         """Wait until everything applied so far is durable (NotAvailable if a write failed meanwhile)."""
@@ -257,7 +409,13 @@ class CoordinatorRuntime:
             while (batch := self.machine.next_batch()) is not None:
                 started = time.perf_counter()
                 try:
-                    await asyncio.to_thread(self.storage.write, batch.records)
+                    await asyncio.to_thread(self.storage.write, batch.records, self._fence(batch.records))
+                except FencedError as e:
+                    self.metrics.fenced_writes.inc()
+                    log.warning("a write of %d records was refused: %s", len(batch.records), e)
+                    if self.replica is not None:
+                        await self.replica.fenced(e.partitions)
+                    self.machine.commit_failed(batch)
                 except Exception as e:
                     if not batch.isolating:  # one failure per failed batch, as before its isolation
                         self.metrics.storage_failures.inc()
@@ -271,6 +429,13 @@ class CoordinatorRuntime:
             self._pump()
 
     _refused = 0
+
+    def _fence(self, records: list[Record]) -> tuple[str, dict[int, int]] | None:
+        """The leases this batch must still hold when it commits."""
+        replica = self.replica
+        if replica is None or replica.table is None:
+            return None
+        return replica.replica_id, replica.table.fence({r.group_id for r in records})
 
     def _log_failure(self, isolating: bool, records: int, requests: int, tickets: list[Ticket], e: Exception) -> None:
         why = str(e).splitlines()[0][:300] if str(e) else repr(e)
@@ -296,6 +461,15 @@ class CoordinatorRuntime:
         """Replace these groups in memory by what storage holds. Runs on the loop, synchronously:
         no handler may change them between the read and the swap (a few SELECTs per group)."""
         started = time.perf_counter()
+        table = self.replica.table if self.replica is not None else None
+        if table is not None:
+            # Groups of partitions no longer served here leave memory instead (their new owner loads them).
+            now = monotonic_ms()
+            gone = {gid for gid in group_ids if not table.serving(table.partition(gid), now)}
+            self.drop_groups(gone, self.clock())
+            group_ids = group_ids - gone
+            if not group_ids:
+                return
         try:
             loaded = {gid: self.storage.load(gid) for gid in sorted(group_ids)}
         except Exception:

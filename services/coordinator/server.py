@@ -234,6 +234,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
                 validation.check_id(request.member_id, "member_id", cfg=self.core.config)
             except ApiError as e:
                 refused = e.code, e.message
+        if refused is None and (elsewhere := self.runtime.refusal(request.group_id)) is not None:
+            refused = elsewhere.code, str(elsewhere)  # the group is served by another replica
         if refused is None:
             return None
         return coordinator_pb2.ConnectGroupWatchResponse(error_code=refused[0], error_message=refused[1])
@@ -290,28 +292,39 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
 
         async def guarded() -> Any:
             try:
-                if not self.authorizer.enabled:
+                refused: dict[str, tuple[int, str]] = {}
+                if self.authorizer.enabled:
+                    principal = peer_principal(context)
+                    operation = METHOD_OPERATIONS.get(method, "access")
+                    for gid in request.group_ids:
+                        if not self.authorizer.allowed(principal, method, gid):
+                            refused[gid] = (
+                                ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                f"{principal} is not authorized to {operation} group '{clip(gid)}'",
+                            )
+                    if refused:
+                        self._denied(method, sum(1 for gid in request.group_ids if gid in refused))
+                for gid in request.group_ids:  # groups served by another replica (SPEC §10)
+                    if gid not in refused and (elsewhere := self.runtime.refusal(gid)) is not None:
+                        refused[gid] = (elsewhere.code, str(elsewhere))
+                if not refused:
                     return await run(request)
-                principal = peer_principal(context)
-                allowed = [gid for gid in request.group_ids if self.authorizer.allowed(principal, method, gid)]
-                if len(allowed) == len(request.group_ids):
-                    return await run(request)
-                self._denied(method, len(request.group_ids) - len(allowed))
-                answered = iter(getattr(await run(type(request)(group_ids=allowed)), field_name) if allowed else [])
-                ok = set(allowed)
+                allowed = [gid for gid in request.group_ids if gid not in refused]
+                subset = type(request)()
+                subset.CopyFrom(request)
+                del subset.group_ids[:]
+                subset.group_ids.extend(allowed)
+                answered = iter(getattr(await run(subset), field_name) if allowed else [])
                 response = response_type()
                 out = getattr(response, field_name)
                 for gid in request.group_ids:
-                    if gid in ok:
+                    if gid not in refused:
                         out.append(next(answered))
                     else:
-                        denied = out.add(
-                            group_id=clip(gid),
-                            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                            error_message=f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
-                        )
-                        if hasattr(denied, "group_state"):
-                            denied.group_state = "Dead"
+                        code, message = refused[gid]
+                        item = out.add(group_id=clip(gid), error_code=code, error_message=message)
+                        if hasattr(item, "group_state"):
+                            item.group_state = "Dead"
                 return response
             except NotAvailable as e:
                 return _in_band_error(response_type, request, e.code, str(e))
@@ -392,6 +405,43 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             lambda r: self.runtime.handle(self.core.remove_members, r),
             lambda r: r.error_code or _first_group_error(r),
         )
+
+    async def FindCoordinator(self, request: Any, context: Any) -> Any:
+        return await self._serve(
+            "FindCoordinator",
+            request,
+            context,
+            admin_pb2.FindCoordinatorResponse,
+            lambda r: self._find_coordinator(r),
+        )
+
+    async def _find_coordinator(self, request: Any) -> Any:
+        try:
+            validation.check_id(request.group_id, "group_id", cfg=self.core.config)
+        except ApiError as e:
+            return admin_pb2.FindCoordinatorResponse(error_code=e.code, error_message=e.message)
+        return self.runtime.find_coordinator(request.group_id)
+
+    async def DescribeCoordinators(self, request: Any, context: Any) -> Any:
+        if isinstance(request, Unparsable):
+            return await self._serve(
+                "DescribeCoordinators", request, context, admin_pb2.DescribeCoordinatorsResponse, _never
+            )
+
+        async def run() -> Any:
+            # Cluster-wide: with ACLs on, it needs Describe on every group (an ACL on group '*').
+            if self.authorizer.enabled:
+                principal = peer_principal(context)
+                if not self.authorizer.allowed(principal, "DescribeCoordinators", "*"):
+                    self._denied("DescribeCoordinators")
+                    return admin_pb2.DescribeCoordinatorsResponse(
+                        error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        error_message=f"{principal} is not authorized to describe the coordinators "
+                        "(needs Describe on group '*')",
+                    )
+            return await self.runtime.describe_coordinators()
+
+        return await self._call("DescribeCoordinators", admin_pb2.DescribeCoordinatorsResponse, run, authorized=True)
 
 
 def _deny_unrouted(response_type: type, method: str) -> Callable[[], Any]:

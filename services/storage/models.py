@@ -155,6 +155,40 @@ class RebalanceEventRow(Base):
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class CoordinatorClusterRow(Base):
+    """The replicas' shared settings, written once when the database is first used (SPEC §10)."""
+
+    __tablename__ = "coordinator_cluster"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    partitions: Mapped[int] = mapped_column(Integer)
+    created_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class CoordinatorReplicaRow(Base):
+    """A coordinator replica, registered and renewed with its leases (times: database clock, Unix ms)."""
+
+    __tablename__ = "coordinator_replicas"
+
+    replica_id: Mapped[str] = mapped_column(String, primary_key=True)
+    address: Mapped[str] = mapped_column(String)
+    started_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class PartitionLeaseRow(Base):
+    """A partition's lease: its owner (NULL: none), the owner's advertised address, the fencing
+    epoch (bumped by every acquisition, checked by every write) and the expiry (database clock)."""
+
+    __tablename__ = "partition_leases"
+
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    owner: Mapped[str | None] = mapped_column(String, nullable=True)
+    address: Mapped[str] = mapped_column(String)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires_ms: Mapped[int] = mapped_column(BigInteger)
+
+
 def table_of(model: type[Base]) -> Table:
     """The Core table of a model (typed as Table, which ``__table__`` is not)."""
     table = model.__table__
@@ -163,6 +197,9 @@ def table_of(model: type[Base]) -> Table:
 
 
 EVENTS_TABLE = table_of(RebalanceEventRow)
+CLUSTER_TABLE = table_of(CoordinatorClusterRow)
+REPLICAS_TABLE = table_of(CoordinatorReplicaRow)
+LEASES_TABLE = table_of(PartitionLeaseRow)
 
 # Every table a group tombstone clears (all but the event log).
 GROUP_STATE_TABLES = tuple(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,8 +38,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
+from services.coordinator.partitions import Outcome, Plan, Scan
 from services.coordinator.records import GroupMetadata, RebalanceEvent, Record, record_key
-from services.storage import migrate, models
+from services.storage import leases, migrate, models
 from services.storage.codec import CODECS, Params, TableCodec, event_from_row, event_params
 
 _json_dumps = json.dumps
@@ -280,8 +281,10 @@ class Storage:
 
     # ---- write ----------------------------------------------------------------------------------
 
-    def write(self, records: Sequence[Record]) -> None:
-        """Store a batch atomically: all of it or (raising StorageError) none of it."""
+    def write(self, records: Sequence[Record], fence: tuple[str, Mapping[int, int]] | None = None) -> None:
+        """Store a batch atomically: all of it or (raising StorageError) none of it. `fence`:
+        (replica id, partition -> epoch): checked in the same transaction; a lease lost meanwhile
+        raises `leases.FencedError` and nothing is written."""
         try:
             plan = compact(records)
         except StorageError:
@@ -293,7 +296,11 @@ class Storage:
         engine = self.engine
         try:
             with self._locked(), self._connect(write=True) as conn, conn.begin():
+                if fence is not None:
+                    leases.check_fence(conn, fence[0], fence[1])
                 self._apply(conn, plan)
+        except leases.FencedError:
+            raise
         except Exception as e:  # database errors, and values the driver cannot encode: rolled back
             raise StorageError(f"write of {len(records)} records to {engine.url.get_backend_name()} failed: {e}") from e
 
@@ -374,8 +381,8 @@ class Storage:
 
     # ---- read -----------------------------------------------------------------------------------
 
-    def load(self, group_id: str | None = None) -> list[Record]:
-        """Every stored state record (of one group, if given), never events.
+    def load(self, group_id: str | None = None, *, group_ids: Collection[str] | None = None) -> list[Record]:
+        """Every stored state record (of one group, or of `group_ids`, if given), never events.
 
         Grouped by group id (sorted); within a group: GroupMetadata, GroupConfig, ConnectorRecord,
         MemberMetadata, TargetMember, TargetMetadata, CurrentAssignment, HeldAssignment -- the
@@ -389,13 +396,66 @@ class Storage:
                     stmt = select(table).order_by(*table.primary_key.columns)
                     if group_id is not None:
                         stmt = stmt.where(table.c.group_id == group_id)
+                    chunks: Iterable[Sequence[str] | None] = [None]
+                    if group_ids is not None:
+                        chunks = _chunks(sorted(group_ids), _DELETE_CHUNK)
                     from_row = codec.from_row
-                    for row in conn.execute(stmt):
-                        record = from_row(row)
-                        by_group.setdefault(row[0], []).append(record)  # group_id is column 0
+                    for chunk in chunks:
+                        query = stmt if chunk is None else stmt.where(table.c.group_id.in_(chunk))
+                        for row in conn.execute(query):
+                            record = from_row(row)
+                            by_group.setdefault(row[0], []).append(record)  # group_id is column 0
         except Exception as e:  # database errors, and rows that do not decode
             raise StorageError(f"load failed: {e}") from e
         return [record for gid in sorted(by_group) for record in by_group[gid]]
+
+    def group_ids(self) -> list[str]:
+        """Every stored group's id."""
+        table = models.table_of(models.GroupRow)
+        try:
+            with self._locked(), self._connect(write=False) as conn, conn.begin():
+                return [gid for (gid,) in conn.execute(select(table.c.group_id))]
+        except Exception as e:
+            raise StorageError(f"listing groups failed: {e}") from e
+
+    # ---- partition leases (SPEC §10; see services.storage.leases) --------------------------------
+
+    def init_cluster(self, configured: int | None, default: int) -> int:
+        """The partition count recorded in the database (recorded now by the first replica)."""
+        try:
+            with self._locked(), self._connect(write=True) as conn, conn.begin():
+                if self._dialect == "postgresql":  # two first replicas at once record one count
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+                return leases.init_cluster(conn, configured, default)
+        except leases.ClusterMismatch:
+            raise
+        except Exception as e:
+            raise StorageError(f"reading the partition count failed: {e}") from e
+
+    def lease_cycle(
+        self,
+        replica_id: str,
+        address: str,
+        lease_ms: int,
+        decide: Callable[[Scan], Plan],
+        *,
+        exclusive: bool = False,
+        leaving: bool = False,
+    ) -> Outcome:
+        try:
+            with self._locked(), self._connect(write=True) as conn, conn.begin():
+                return leases.run_cycle(
+                    conn, replica_id, address, lease_ms, decide, exclusive=exclusive, leaving=leaving
+                )
+        except Exception as e:
+            raise StorageError(f"lease cycle failed: {e}") from e
+
+    def read_leases(self) -> Scan:
+        try:
+            with self._locked(), self._connect(write=False) as conn, conn.begin():
+                return leases.read_scan(conn)
+        except Exception as e:
+            raise StorageError(f"reading the partition leases failed: {e}") from e
 
     def read_events(
         self, group_id: str | None = None, since_id: int = 0, limit: int | None = None, since_ms: int | None = None

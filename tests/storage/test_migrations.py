@@ -20,6 +20,8 @@ TABLES = {
     "group_configs",
     "rebalance_events",
 }
+# Replicas (migration 0004): not per group.
+REPLICA_TABLES = {"coordinator_cluster", "coordinator_replicas", "partition_leases"}
 
 
 def test_migrated_schema_matches_models(storage: Storage) -> None:
@@ -28,7 +30,7 @@ def test_migrated_schema_matches_models(storage: Storage) -> None:
         assert compare_metadata(ctx, Base.metadata) == []
         assert migrate.current_revision(conn) == migrate.head_revision()
     tables = set(inspect(storage.engine).get_table_names())
-    assert tables == TABLES | {"alembic_version"}
+    assert tables == TABLES | REPLICA_TABLES | {"alembic_version"}
     indexes = inspect(storage.engine).get_indexes("rebalance_events")
     assert [(i["name"], i["column_names"]) for i in indexes] == [
         ("ix_rebalance_events_group_id_time_ms", ["group_id", "time_ms"])
@@ -53,7 +55,7 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str) -> None:
         assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
         with engine.begin() as conn:
             migrate.upgrade(conn)
-        assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+        assert set(inspect(engine).get_table_names()) == TABLES | REPLICA_TABLES | {"alembic_version"}
     finally:
         engine.dispose()
 
@@ -61,8 +63,8 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "env.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert (migrate.MIGRATIONS_DIR / "versions" / "0003_target_computed_by.py").is_file()
-    assert migrate.head_revision() == "0003"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0004_partition_leases.py").is_file()
+    assert migrate.head_revision() == "0004"
 
 
 def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str) -> None:

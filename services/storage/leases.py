@@ -1,0 +1,229 @@
+"""Partition leases in the database (SPEC §10): the SQL side of `services.coordinator.partitions`.
+
+Every time here is the database's clock (Unix ms), read once at the start of each transaction, so
+replicas whose clocks disagree still agree on who holds what. A lease cycle is ONE transaction:
+register (renew) the replica, read every replica and lease, let the caller's pure `plan` decide,
+then renew / release / acquire with conditional UPDATEs -- a lease is only ever taken when it is
+free or expired, and each acquisition bumps the partition's fencing epoch.
+
+`check_fence` runs inside every coordinator write transaction (`Storage.write(fence=...)`): the
+rows of the partitions the batch touches are read FOR SHARE on PostgreSQL (an acquisition's UPDATE
+waits for the write to commit, so the new owner loads what it wrote; a write after the acquisition
+sees the new epoch and rolls back). SQLite runs one replica only: `lock_sqlite_file` refuses a
+second process on the same database file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy.engine import make_url
+
+from services.coordinator.partitions import LeaseRow, Outcome, Plan, ReplicaRow, Scan
+from services.storage import models
+
+# Replica rows expired for longer than this are deleted by the next cycle of any replica.
+FORGET_REPLICAS_AFTER_MS = 3_600_000
+
+_NOW = {
+    "postgresql": "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+}
+
+
+class FencedError(Exception):
+    """The batch touches partitions whose lease this replica no longer holds: nothing was written."""
+
+    def __init__(self, partitions: Mapping[int, str]) -> None:
+        self.partitions = dict(partitions)
+        why = "; ".join(f"partition {p}: {reason}" for p, reason in sorted(self.partitions.items()))
+        super().__init__(f"fenced: {why}")
+
+
+class ClusterMismatch(Exception):
+    """The configured partition count differs from the one the database was created with."""
+
+
+def db_now_ms(conn: Connection) -> int:
+    return int(conn.execute(text(_NOW[conn.dialect.name])).scalar_one())
+
+
+def init_cluster(conn: Connection, configured: int | None, default: int) -> int:
+    """The database's partition count: recorded now if this is the first replica (the configured
+    count, or `default`), else read; a different configured count is refused. Lease rows for every
+    partition are created (free, epoch 0)."""
+    table = models.CLUSTER_TABLE
+    row = conn.execute(select(table.c.partitions).where(table.c.id == 1)).first()
+    if row is None:
+        count = configured or default
+        if count < 1:
+            raise ClusterMismatch(f"group.coordinator.partitions must be >= 1, got {count}")
+        conn.execute(insert(table).values(id=1, partitions=count, created_ms=db_now_ms(conn)))
+    else:
+        count = int(row[0])
+        if configured and configured != count:
+            raise ClusterMismatch(
+                f"group.coordinator.partitions={configured}, but this database was created with {count} "
+                "partitions (the count is fixed at creation)"
+            )
+    leases = models.LEASES_TABLE
+    have = {int(p) for (p,) in conn.execute(select(leases.c.partition))}
+    missing = [
+        {"partition": p, "owner": None, "address": "", "epoch": 0, "expires_ms": 0}
+        for p in range(count)
+        if p not in have
+    ]
+    if missing:
+        conn.execute(insert(leases), missing)
+    return count
+
+
+def read_scan(conn: Connection) -> Scan:
+    now = db_now_ms(conn)
+    replicas = models.REPLICAS_TABLE
+    leases = models.LEASES_TABLE
+    return Scan(
+        now,
+        tuple(
+            ReplicaRow(r.replica_id, r.address, int(r.started_ms), int(r.expires_ms))
+            for r in conn.execute(select(replicas).order_by(replicas.c.replica_id))
+        ),
+        tuple(
+            LeaseRow(int(r.partition), r.owner, r.address, int(r.epoch), int(r.expires_ms))
+            for r in conn.execute(select(leases).order_by(leases.c.partition))
+        ),
+    )
+
+
+def run_cycle(
+    conn: Connection,
+    replica_id: str,
+    address: str,
+    lease_ms: int,
+    decide: Callable[[Scan], Plan],
+    *,
+    exclusive: bool = False,
+    leaving: bool = False,
+) -> Outcome:
+    """One lease cycle inside the caller's transaction (see the module doc). `leaving`: the
+    replica's registration is deleted instead of renewed (a graceful shutdown's last cycle)."""
+    now = db_now_ms(conn)
+    expires = now + lease_ms
+    replicas = models.REPLICAS_TABLE
+    leases = models.LEASES_TABLE
+    conn.execute(delete(replicas).where(replicas.c.expires_ms < now - FORGET_REPLICAS_AFTER_MS))
+    if exclusive:  # the database file is locked by this process: other registrations are dead
+        conn.execute(delete(replicas).where(replicas.c.replica_id != replica_id))
+    if leaving:
+        conn.execute(delete(replicas).where(replicas.c.replica_id == replica_id))
+    else:
+        updated = conn.execute(
+            update(replicas).where(replicas.c.replica_id == replica_id).values(address=address, expires_ms=expires)
+        ).rowcount
+        if not updated:
+            conn.execute(
+                insert(replicas).values(replica_id=replica_id, address=address, started_ms=now, expires_ms=expires)
+            )
+    scan = read_scan(conn)
+    plan = decide(scan)
+    renewed: dict[int, int] = {}
+    for p, epoch in sorted(plan.renew.items()):
+        hit = conn.execute(
+            update(leases)
+            .where(
+                leases.c.partition == p,
+                leases.c.owner == replica_id,
+                leases.c.epoch == epoch,
+                leases.c.expires_ms > now,
+            )
+            .values(expires_ms=expires, address=address)
+        ).rowcount
+        if hit:
+            renewed[p] = epoch
+    released: list[int] = []
+    for p, epoch in sorted(plan.release.items()):
+        hit = conn.execute(
+            update(leases)
+            .where(leases.c.partition == p, leases.c.owner == replica_id, leases.c.epoch == epoch)
+            .values(owner=None, address="", expires_ms=now)
+        ).rowcount
+        if hit:
+            released.append(p)
+    acquired: dict[int, int] = {}
+    for p in sorted(plan.acquire):
+        cond: Any = (leases.c.owner.is_(None)) | (leases.c.expires_ms <= now)
+        stmt = update(leases).where(leases.c.partition == p)
+        if not exclusive:
+            stmt = stmt.where(cond)
+        row = conn.execute(
+            stmt.values(owner=replica_id, address=address, epoch=leases.c.epoch + 1, expires_ms=expires).returning(
+                leases.c.epoch
+            )
+        ).first()
+        if row is not None:
+            acquired[p] = int(row[0])
+    return Outcome(scan, renewed, acquired, tuple(released))
+
+
+def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> None:
+    """Inside a write transaction: every partition of the batch must still be leased to this
+    replica at the expected epoch and unexpired (database clock), else FencedError (roll back)."""
+    if not fence:
+        return
+    leases = models.LEASES_TABLE
+    stmt = select(leases).where(leases.c.partition.in_(sorted(fence))).order_by(leases.c.partition)
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(read=True)
+    rows = {int(r.partition): r for r in conn.execute(stmt)}
+    now = db_now_ms(conn)
+    refused: dict[int, str] = {}
+    for p, epoch in fence.items():
+        row = rows.get(p)
+        if row is None:
+            refused[p] = "no such partition"
+        elif row.owner != replica_id or int(row.epoch) != epoch:
+            refused[p] = f"held by {row.owner or 'nobody'} at epoch {row.epoch}, not this replica at epoch {epoch}"
+        elif int(row.expires_ms) <= now:
+            refused[p] = "the lease expired"
+    if refused:
+        raise FencedError(refused)
+
+
+def sqlite_lock_path(url: str) -> str | None:
+    """The lock file of a SQLite database file (None: not a file, e.g. in memory)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    database = u.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:"):
+        return None
+    return os.path.abspath(database) + ".replica-lock"
+
+
+def lock_sqlite_file(url: str) -> IO[str] | None:
+    """Hold an exclusive lock for this process's lifetime (released by the OS when it dies, so a
+    crash never leaves a stale lock). A second replica on the same SQLite file is refused here."""
+    path = sqlite_lock_path(url)
+    if path is None:
+        return None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 -- held open until the process exits
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ClusterMismatch(
+            f"another coordinator ({holder}) already serves the SQLite database {path.removesuffix('.replica-lock')}; "
+            "SQLite runs one replica only (use PostgreSQL for several)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
