@@ -3,6 +3,8 @@ one replica's view through acquire / load / renew / expire / hand-over / drain."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,7 +61,7 @@ def test_a_replica_leaving_moves_its_partitions_and_few_others() -> None:
 # ---- one replica's view ---------------------------------------------------------------------
 
 
-def scan(now: int, replicas: dict[str, int], leases: dict[int, tuple[str | None, int, int]]) -> Scan:
+def scan(now: int, replicas: Mapping[str, int], leases: Mapping[int, tuple[str | None, int, int]]) -> Scan:
     """replicas: id -> expires; leases: partition -> (owner, epoch, expires)."""
     return Scan(
         now,
