@@ -85,7 +85,9 @@ class Replica:
         await asyncio.gather(*self._loads, return_exceptions=True)
         if table is None:
             return
-        await self._drop(table.drain(), drain=True)
+        leaving = table.drain()
+        log.info("shutting down: handing partitions %s over to the other replicas", sorted(leaving))
+        await self._drop(leaving, drain=True)
         try:
             await self.cycle(leaving=True)
         except Exception:  # the database is gone: the leases expire on their own

@@ -34,7 +34,7 @@ from services.coordinator.core import GroupCoordinator, Result, ServiceAssignmen
 from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
 from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.partitions import RouteKind
+from services.coordinator.partitions import Route, RouteKind, Scan
 from services.coordinator.push import NudgeHub
 from services.coordinator.records import EventType, RebalanceEvent, Record
 from services.coordinator.replicas import Replica, monotonic_ms
@@ -146,6 +146,7 @@ class CoordinatorRuntime:
         self._stopping = False
         # Partition leases (SPEC §10): which groups this replica serves; set up by `start`.
         self.replica: Replica | None = None
+        self._leases_read: tuple[float, asyncio.Future[Scan]] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -229,14 +230,25 @@ class CoordinatorRuntime:
 
     # ---- routing (SPEC §10) ------------------------------------------------------------------
 
-    def refusal(self, group_id: str) -> NotAvailable | None:
-        """Why a request for this group is not served here (owned elsewhere, loading, no owner), or None."""
+    async def refusal(self, group_id: str) -> NotAvailable | None:
+        """Why a request for this group is not served here (owned elsewhere, loading, no owner), or
+        None. When this replica's last read of the leases shows no live owner, the database is asked
+        (that read may be a renew interval old), so a client is sent to the owner whenever there is one."""
         table = self.replica.table if self.replica is not None else None
         if table is None:
             return None
         route = table.route(group_id, monotonic_ms())
         if route.kind is RouteKind.SERVE:
             return None
+        if route.kind is RouteKind.NOT_AVAILABLE and route.partition not in table.held:
+            with contextlib.suppress(Exception):
+                scan = await self._fresh_leases()
+                lease = next((x for x in scan.leases if x.partition == route.partition), None)
+                if lease and lease.owner and lease.owner != table.replica_id and lease.expires_ms > scan.now_ms:
+                    route = Route(RouteKind.NOT_COORDINATOR, route.partition, lease.address, lease.epoch)
+        return self._refusal_of(route, group_id)
+
+    def _refusal_of(self, route: Route, group_id: str) -> NotAvailable:
         if route.kind is RouteKind.LOADING:
             return NotAvailable(
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -253,15 +265,31 @@ class CoordinatorRuntime:
             f"partition {route.partition} of group '{group_id[:255]}' has no live coordinator right now; retry",
         )
 
-    def find_coordinator(self, group_id: str) -> admin_pb2.FindCoordinatorResponse:
-        """FindCoordinator: the owner of the group's partition as this replica last read the leases."""
+    async def find_coordinator(self, group_id: str) -> admin_pb2.FindCoordinatorResponse:
+        """FindCoordinator: this replica for its own partitions (loading included); for the others,
+        the owner as the database says now (this replica's last read may be a renew interval old;
+        reads are shared for 50 ms, so a storm of lookups after a failover costs a few queries)."""
         table = self.replica.table if self.replica is not None else None
         if table is None:
             return admin_pb2.FindCoordinatorResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator is starting"
             )
         route = table.find(group_id, monotonic_ms())
-        if route.kind in (RouteKind.SERVE, RouteKind.NOT_COORDINATOR):
+        if route.kind is RouteKind.SERVE:
+            return admin_pb2.FindCoordinatorResponse(
+                address=route.address, partition=route.partition, epoch=route.epoch
+            )
+        try:
+            scan = await self._fresh_leases()
+        except Exception:
+            scan = None
+        lease = next((x for x in scan.leases if x.partition == route.partition), None) if scan else None
+        if scan is not None and lease is not None and lease.owner and lease.expires_ms > scan.now_ms:
+            if lease.owner != table.replica_id:
+                return admin_pb2.FindCoordinatorResponse(
+                    address=lease.address, partition=route.partition, epoch=lease.epoch
+                )
+        elif scan is None and route.kind is RouteKind.NOT_COORDINATOR:
             return admin_pb2.FindCoordinatorResponse(
                 address=route.address, partition=route.partition, epoch=route.epoch
             )
@@ -270,6 +298,15 @@ class CoordinatorRuntime:
             error_message=f"partition {route.partition} of group '{group_id[:255]}' has no live coordinator right now; retry",
             partition=route.partition,
         )
+
+    async def _fresh_leases(self) -> Scan:
+        """The lease rows, read at most every 50 ms (concurrent callers share one read)."""
+        now = time.monotonic()
+        if self._leases_read is not None and now - self._leases_read[0] < 0.05:
+            return await asyncio.shield(self._leases_read[1])
+        future = asyncio.ensure_future(asyncio.to_thread(self.storage.read_leases))
+        self._leases_read = (now, future)
+        return await asyncio.shield(future)
 
     async def describe_coordinators(self) -> admin_pb2.DescribeCoordinatorsResponse:
         """Every registered replica and every partition's lease, as the database holds them now."""
@@ -315,28 +352,32 @@ class CoordinatorRuntime:
             )
         return response
 
-    def _routed(self, request: Any) -> str | None:
+    async def _routed(self, request: Any) -> str | None:
         """The group a request is routed by (raises NotAvailable if it is not served here)."""
+        replica = self.replica
         gid = getattr(request, "group_id", None)
-        if not isinstance(gid, str) or self.replica is None:
+        if replica is None or replica.table is None or not isinstance(gid, str):
             return None
-        refused = self.refusal(gid)
-        if refused is not None:
-            raise refused
+        if replica.table.route(gid, monotonic_ms()).kind is not RouteKind.SERVE:  # the hot path: one lookup
+            refused = await self.refusal(gid)
+            if refused is not None:
+                raise refused
         return gid
 
     def _still_served(self, group_id: str | None) -> None:
         """Just before an answer leaves: the lease may have run out while it was being handled."""
-        if group_id is not None:
-            refused = self.refusal(group_id)
-            if refused is not None:
-                raise refused
+        replica = self.replica
+        if group_id is None or replica is None or replica.table is None:
+            return
+        route = replica.table.route(group_id, monotonic_ms())
+        if route.kind is not RouteKind.SERVE:
+            raise self._refusal_of(route, group_id)
 
     # ---- request path ----------------------------------------------------------------------
 
     async def handle(self, handler: Callable[[Any, int], Result], request: Any) -> Any:
         """Run a state-changing handler and return its response once its records are durable."""
-        routed = self._routed(request)
+        routed = await self._routed(request)
         started = time.perf_counter_ns()
         try:
             ticket = self.machine.submit(handler, request, self.clock())
@@ -355,7 +396,7 @@ class CoordinatorRuntime:
 
     async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
         """Run a read-only handler; answer once everything it could have seen is durable."""
-        routed = self._routed(request)
+        routed = await self._routed(request)
         response = await self._answer(self.machine.read(reader, request))
         self._still_served(routed)
         return response

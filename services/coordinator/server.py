@@ -234,7 +234,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
                 validation.check_id(request.member_id, "member_id", cfg=self.core.config)
             except ApiError as e:
                 refused = e.code, e.message
-        if refused is None and (elsewhere := self.runtime.refusal(request.group_id)) is not None:
+        if refused is None and (elsewhere := await self.runtime.refusal(request.group_id)) is not None:
             refused = elsewhere.code, str(elsewhere)  # the group is served by another replica
         if refused is None:
             return None
@@ -305,7 +305,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                     if refused:
                         self._denied(method, sum(1 for gid in request.group_ids if gid in refused))
                 for gid in request.group_ids:  # groups served by another replica (SPEC §10)
-                    if gid not in refused and (elsewhere := self.runtime.refusal(gid)) is not None:
+                    if gid not in refused and (elsewhere := await self.runtime.refusal(gid)) is not None:
                         refused[gid] = (elsewhere.code, str(elsewhere))
                 if not refused:
                     return await run(request)
@@ -420,7 +420,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             validation.check_id(request.group_id, "group_id", cfg=self.core.config)
         except ApiError as e:
             return admin_pb2.FindCoordinatorResponse(error_code=e.code, error_message=e.message)
-        return self.runtime.find_coordinator(request.group_id)
+        return await self.runtime.find_coordinator(request.group_id)
 
     async def DescribeCoordinators(self, request: Any, context: Any) -> Any:
         if isinstance(request, Unparsable):

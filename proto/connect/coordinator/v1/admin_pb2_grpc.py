@@ -157,8 +157,9 @@ class ConnectGroupAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FindCoordinator(self, request, context):
-        """Which replica coordinates a group (SPEC §10). Any replica answers, from the partition leases
-        it last read; COORDINATOR_NOT_AVAILABLE while the group's partition has no live owner.
+        """Which replica coordinates a group (SPEC §10). Any replica answers: itself for its own
+        partitions, else the owner as the database says; COORDINATOR_NOT_AVAILABLE while the group's
+        partition has no live owner.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
