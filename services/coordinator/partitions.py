@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 DEFAULT_PARTITIONS = 24
 DEFAULT_LEASE_MS = 10_000
 DEFAULT_RENEW_INTERVAL_MS = 1_000
+FOREVER = 2**62
 
 
 def partition_for(group_id: str, count: int) -> int:
@@ -218,6 +219,8 @@ class PartitionTable:
         stop serving before the next cycle hands them over (releasing)."""
         scan = outcome.scan
         valid_until = started_ms + self.lease_ms - self.margin_ms
+        if self.exclusive:  # nobody else can take a lease over: time alone never takes one away
+            valid_until = FOREVER
         lost: list[int] = []
         for p in list(self.held):
             h = self.held[p]

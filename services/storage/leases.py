@@ -7,9 +7,10 @@ then renew / release / acquire with conditional UPDATEs -- a lease is only ever 
 free or expired, and each acquisition bumps the partition's fencing epoch.
 
 `check_fence` runs inside every coordinator write transaction (`Storage.write(fence=...)`): the
-rows of the partitions the batch touches are read FOR SHARE on PostgreSQL (an acquisition's UPDATE
-waits for the write to commit, so the new owner loads what it wrote; a write after the acquisition
-sees the new epoch and rolls back). SQLite runs one replica only: `lock_sqlite_file` refuses a
+rows of the partitions the batch touches are read FOR KEY SHARE on PostgreSQL; an acquisition
+locks the row FOR UPDATE first, so it waits for the write to commit and the new owner loads what
+it wrote, and a write after the acquisition sees the new epoch and rolls back. Renewals (plain
+UPDATEs of non-key columns) do not wait for writes. SQLite runs one replica only: `lock_sqlite_file` refuses a
 second process on the same database file.
 """
 
@@ -155,6 +156,10 @@ def run_cycle(
             released.append(p)
     acquired: dict[int, int] = {}
     for p in sorted(plan.acquire):
+        if conn.dialect.name == "postgresql":
+            # FOR UPDATE waits for every write transaction holding the row FOR KEY SHARE (check_fence):
+            # the new owner then loads what they committed, and later ones see the new epoch.
+            conn.execute(select(leases.c.partition).where(leases.c.partition == p).with_for_update())
         cond: Any = (leases.c.owner.is_(None)) | (leases.c.expires_ms <= now)
         stmt = update(leases).where(leases.c.partition == p)
         if not exclusive:
@@ -177,7 +182,10 @@ def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> 
     leases = models.LEASES_TABLE
     stmt = select(leases).where(leases.c.partition.in_(sorted(fence))).order_by(leases.c.partition)
     if conn.dialect.name == "postgresql":
-        stmt = stmt.with_for_update(read=True)
+        # FOR KEY SHARE: blocks an acquisition (its SELECT ... FOR UPDATE) until this write commits,
+        # but not the owner's own renewals (a plain UPDATE of non-key columns), so a long write never
+        # costs its replica the lease.
+        stmt = stmt.with_for_update(read=True, key_share=True)
     rows = {int(r.partition): r for r in conn.execute(stmt)}
     now = db_now_ms(conn)
     refused: dict[int, str] = {}
