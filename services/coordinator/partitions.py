@@ -326,6 +326,11 @@ class PartitionTable:
             return Route(RouteKind.SERVE, route.partition, self.address, route.epoch)
         return route
 
+    def serves(self, group_id: str, now_ms: int) -> bool:
+        """`route(...).kind is SERVE`, without allocating (every request asks, twice)."""
+        h = self.held.get(zlib.crc32(group_id.encode("utf-8", "surrogatepass")) % self.count)
+        return h is not None and h.state is PartState.OWNED and h.valid_until_ms > now_ms
+
     def serving(self, partition: int, now_ms: int) -> bool:
         h = self.held.get(partition)
         return h is not None and h.state is PartState.OWNED and h.valid_until_ms > now_ms

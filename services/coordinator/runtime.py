@@ -358,7 +358,7 @@ class CoordinatorRuntime:
         gid = getattr(request, "group_id", None)
         if replica is None or replica.table is None or not isinstance(gid, str):
             return None
-        if replica.table.route(gid, monotonic_ms()).kind is not RouteKind.SERVE:  # the hot path: one lookup
+        if not replica.table.serves(gid, monotonic_ms()):  # the hot path: one hash, one lookup
             refused = await self.refusal(gid)
             if refused is not None:
                 raise refused
@@ -369,9 +369,9 @@ class CoordinatorRuntime:
         replica = self.replica
         if group_id is None or replica is None or replica.table is None:
             return
-        route = replica.table.route(group_id, monotonic_ms())
-        if route.kind is not RouteKind.SERVE:
-            raise self._refusal_of(route, group_id)
+        now = monotonic_ms()
+        if not replica.table.serves(group_id, now):
+            raise self._refusal_of(replica.table.route(group_id, now), group_id)
 
     # ---- request path ----------------------------------------------------------------------
 
