@@ -107,7 +107,14 @@ class ReferenceWorker:
 
     def status(self) -> dict[str, Any]:
         s = self.client.status()
-        s.update(name=self.name, pid=os.getpid(), running=self.running.to_json(), member_running=s["running"])
+        s.update(
+            name=self.name,
+            pid=os.getpid(),
+            running=self.running.to_json(),
+            member_running=s["running"],
+            starts=self.starts,  # items started and stopped since the process began
+            stops=self.stops,
+        )
         return s
 
     def write_status(self) -> None:
