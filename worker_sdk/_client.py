@@ -13,7 +13,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -22,7 +22,7 @@ import services.assignor
 from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.common.tls import ClientTls, aio_channel
+from services.common.tls import ClientTls
 from worker_sdk._assign import AssignFn, compute_and_install
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
@@ -38,6 +38,7 @@ from worker_sdk._member import (
     StateChanged,
 )
 from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._routing import MOVED_CODES, ChannelPool, CoordinatorRouter
 
 log = logging.getLogger("worker_sdk.client")
 
@@ -91,8 +92,10 @@ class ConnectWorkerClient:
         await client.close()            # stop the work (on_revoked), leave with -1
         # or: await client.restart_leave()   # static member: stop, leave with -2 (rejoin later)
 
-    `coordinator` is "HOST:PORT" (the client owns a channel) or a grpc.aio.Channel (shared,
-    e.g. by many simulated workers; the caller closes it). With `tls` (a `ClientTls`: CA, and a
+    `coordinator` is "HOST:PORT", bootstrap addresses of coordinator replicas ("A,B,C" or a list:
+    the group's coordinator is found with FindCoordinator and followed when it moves, see
+    `_routing.py`; `pool` shares connections between clients), or a grpc.aio.Channel (one
+    coordinator, never re-routed; shared, e.g. by many simulated workers; the caller closes it). With `tls` (a `ClientTls`: CA, and a
     client certificate for mTLS) the owned channel is a TLS channel; its files are read when the
     channel is created, so a client started after a rotation uses the new certificate. Callback exceptions are logged, the
     remaining callbacks still run, the effect counts as done, and the first exception of each
@@ -101,7 +104,7 @@ class ConnectWorkerClient:
 
     def __init__(
         self,
-        coordinator: str | grpc.aio.Channel,
+        coordinator: str | Sequence[str] | grpc.aio.Channel,
         group_id: str,
         listener: RebalanceListener | None = None,
         *,
@@ -120,6 +123,7 @@ class ConnectWorkerClient:
         on_change: Callable[[ConnectWorkerClient], None] | None = None,
         tls: ClientTls | None = None,
         push: bool = True,
+        pool: ChannelPool | None = None,
     ) -> None:
         if config is None:
             config = MemberConfig(
@@ -134,9 +138,20 @@ class ConnectWorkerClient:
         self.rng = rng if rng is not None else random.Random()
         self.member = Member(config, rng=self.rng)
         self.listener = listener
-        self._owns_channel = isinstance(coordinator, str)
-        self._channel: grpc.aio.Channel = aio_channel(coordinator, tls) if isinstance(coordinator, str) else coordinator
-        self._stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(self._channel)
+        # Where requests go: a fixed channel, or the group's coordinator among replicas (a router).
+        self._router: CoordinatorRouter | None = None
+        self._owns_pool = False
+        self._channel: grpc.aio.Channel | None = None
+        self._stubs: dict[str, coordinator_pb2_grpc.ConnectGroupCoordinatorStub] = {}
+        if isinstance(coordinator, grpc.aio.Channel):
+            self._channel = coordinator
+            self._stub = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(coordinator)
+        else:
+            self._owns_pool = pool is None
+            self._pool = pool if pool is not None else ChannelPool(tls)
+            self._router = CoordinatorRouter(
+                coordinator, group_id, self._pool, rng=random.Random(self.rng.random()), on_change=self._moved
+            )
         self.metrics: WorkerMetrics | None = (
             metrics if isinstance(metrics, WorkerMetrics) else (WorkerMetrics(clock=clock) if metrics else None)
         )
@@ -155,6 +170,7 @@ class ConnectWorkerClient:
         self.push = push
         self._watch_call: Any = None
         self._watch_mid = ""
+        self._watch_address = ""
         self._watch_rng = random.Random()
         self._member_known = asyncio.Event()
 
@@ -236,8 +252,8 @@ class ConnectWorkerClient:
                 task.cancel()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._owns_channel:
-                await self._channel.close(None)
+            if self._owns_pool:
+                await self._pool.close()
             self._done.set()
         if self.member.fatal_error is not None:
             raise FatalError(*self.member.fatal_error)
@@ -272,6 +288,33 @@ class ConnectWorkerClient:
         if self._background and task is not None and task.done() and not task.cancelled():
             task.result()
 
+    # ---- where requests go -----------------------------------------------------------------------
+
+    async def _target(self) -> tuple[str, coordinator_pb2_grpc.ConnectGroupCoordinatorStub]:
+        """The group's coordinator (address, stub): looked up first when it is not known."""
+        router = self._router
+        if router is None:
+            return "", self._stub
+        address = await router.owner()
+        stub = self._stubs.get(address)
+        if stub is None:
+            stub = self._stubs[address] = coordinator_pb2_grpc.ConnectGroupCoordinatorStub(router.channel(address))
+        return address, stub
+
+    def _moved(self, old: str, new: str) -> None:
+        if old and self.metrics is not None:
+            self.metrics.coordinator_changes.inc()
+        if self._watch_call is not None and self._watch_address != new:
+            self._watch_call.cancel()  # the push stream follows the coordinator
+
+    def _check_code(self, address: str, code: int, message: str) -> None:
+        if self._router is not None:
+            self._router.check_code(address, code, message)
+
+    def _check_status(self, address: str, status: grpc.StatusCode) -> None:
+        if self._router is not None:
+            self._router.check_status(address, status)
+
     # ---- the loop --------------------------------------------------------------------------------
 
     def _spawn(self, coro: Any) -> None:
@@ -291,13 +334,22 @@ class ConnectWorkerClient:
                 await self._member_known.wait()  # set by _step once the member is in the group
                 continue
             request = coordinator_pb2.ConnectGroupWatchRequest(group_id=self.member.config.group_id, member_id=mid)
-            call = self._stub.ConnectGroupWatch(request)
-            self._watch_call, self._watch_mid = call, mid
+            address, stub = await self._target()
+            call = stub.ConnectGroupWatch(request)
+            self._watch_call, self._watch_mid, self._watch_address = call, mid, address
             opened = self._clock()
             try:
                 async for nudge in call:
                     if nudge.error_code:
-                        log.warning("push stream refused (%s): %s", nudge.error_code, nudge.error_message)
+                        self._check_code(address, nudge.error_code, nudge.error_message)
+                        log.log(
+                            logging.INFO if nudge.error_code in MOVED_CODES else logging.WARNING,
+                            "push stream refused (%s): %s",
+                            ErrorCode.Name(nudge.error_code)
+                            if nudge.error_code in ErrorCode.values()
+                            else nudge.error_code,
+                            nudge.error_message,
+                        )
                         break
                     if self.metrics is not None:
                         self.metrics.nudges.inc()
@@ -305,8 +357,12 @@ class ConnectWorkerClient:
                         self._wakeup.set()
                     backoff = 0.1
             except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.CANCELLED and self._watch_mid != self.member.member_id:
-                    continue  # the member id changed (rejoined): open the stream for the new one at once
+                self._check_status(address, e.code())
+                if e.code() == grpc.StatusCode.CANCELLED and (
+                    self._watch_mid != self.member.member_id
+                    or (self._router is not None and self._router.address not in (None, address))
+                ):
+                    continue  # the member id changed (rejoined) or the coordinator moved: reopen at once
                 if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                     log.info("the coordinator has no push stream: heartbeat-paced")
                     await asyncio.sleep(60)
@@ -361,9 +417,21 @@ class ConnectWorkerClient:
                 log.exception("on_change hook failed")
 
     async def _heartbeat(self, out: OutgoingHeartbeat) -> None:
+        address = ""
         try:
-            response = await self._stub.ConnectGroupHeartbeat(out.request, timeout=out.timeout_ms / 1000)
+            try:
+                # Finding the coordinator counts against the request's timeout: the member's retry
+                # and session-safety clocks run on as if the request had gone unanswered.
+                address, stub = await asyncio.wait_for(self._target(), out.timeout_ms / 1000)
+            except TimeoutError:
+                if self.metrics is not None:
+                    self.metrics.heartbeat("no_coordinator")
+                self.member.on_heartbeat_failure(out.seq, self._now_ms(), "no coordinator found for the group")
+                self._wakeup.set()
+                return
+            response = await stub.ConnectGroupHeartbeat(out.request, timeout=out.timeout_ms / 1000)
         except grpc.aio.AioRpcError as e:
+            self._check_status(address, e.code())
             if self.metrics is not None:
                 self.metrics.heartbeat(f"grpc_{e.code().name}")
             self.member.on_heartbeat_failure(out.seq, self._now_ms(), f"{e.code().name}: {e.details()}")
@@ -374,8 +442,9 @@ class ConnectWorkerClient:
                 self.metrics.heartbeat("grpc_ERROR")
             self.member.on_heartbeat_failure(out.seq, self._now_ms(), repr(e))
         else:
+            code = response.error_code
+            self._check_code(address, code, response.error_message)
             if self.metrics is not None:
-                code = response.error_code
                 self.metrics.heartbeat(ErrorCode.Name(code) if code in ErrorCode.values() else "unknown")
             self.member.on_heartbeat_response(out.seq, response, self._now_ms())
         self._wakeup.set()
@@ -419,8 +488,9 @@ class ConnectWorkerClient:
         m = self.member
         deadline = started + m.config.rebalance_timeout_ms / 1000
         try:
+            _address, stub = await self._target()
             outcome = await compute_and_install(
-                self._stub,
+                stub,
                 task,
                 assign_fn=self._assign_fn,
                 deadline_s=deadline,

@@ -38,6 +38,11 @@ class WorkerMetrics:
         self.nudges = Counter(
             PREFIX + "nudges", "Nudges received on the push stream (each makes a heartbeat due now).", registry=r
         )
+        self.coordinator_changes = Counter(
+            PREFIX + "coordinator_changes",
+            "Times the group's coordinator moved to another replica (found again with FindCoordinator).",
+            registry=r,
+        )
         self.failed_rebalances = Counter(
             PREFIX + "failed_rebalances",
             "Rebalances that ended without reaching the assignment (fenced, session lost, fatal error).",

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from services.common.tls import ClientTls
 from worker_sdk._client import ConnectWorkerClient
 from worker_sdk._member import DEFAULT_ASSIGNORS, ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._routing import ChannelPool
 
 log = logging.getLogger("worker_sdk.reference")
 
@@ -34,7 +36,7 @@ class ReferenceWorker:
 
     def __init__(
         self,
-        coordinator: str | grpc.aio.Channel,
+        coordinator: str | Sequence[str] | grpc.aio.Channel,
         group_id: str,
         *,
         name: str = "worker",
@@ -51,6 +53,7 @@ class ReferenceWorker:
         metrics: WorkerMetrics | bool = True,
         tls: ClientTls | None = None,
         push: bool = True,
+        pool: ChannelPool | None = None,
     ) -> None:
         self.name = name
         self.stop_delay_s = stop_delay_ms / 1000
@@ -75,6 +78,7 @@ class ReferenceWorker:
             metrics=metrics,
             tls=tls,
             push=push,
+            pool=pool,
             on_change=lambda _c: self.write_status(),
         )
 

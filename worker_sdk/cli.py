@@ -29,18 +29,24 @@ import sys
 from prometheus_client import start_http_server
 
 from services.common.operator import OperatorError, ensure_can_listen, one_line
-from services.common.tls import ClientTls, add_client_tls_flags, aio_channel
+from services.common.tls import ClientTls, add_client_tls_flags
 from worker_sdk._assignors import parse_assignors, remote_only
 from worker_sdk._client import FatalError
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._reference import ReferenceWorker
+from worker_sdk._routing import ChannelPool, parse_bootstrap
 
 log = logging.getLogger("worker_sdk.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="connect-worker", description="Reference Kafka Connect worker (KIP-848 style).")
-    p.add_argument("--coordinator", required=True, help="coordinator HOST:PORT")
+    p.add_argument(
+        "--coordinator",
+        required=True,
+        help="coordinator HOST:PORT, or bootstrap addresses of its replicas HOST:PORT,HOST:PORT,... "
+        "(the group's coordinator is found with FindCoordinator and followed when it moves)",
+    )
     p.add_argument("--group", required=True, help="group id")
     p.add_argument("--instance-id", default=None, help="static membership: a stable instance id")
     p.add_argument("--url", default="", help="the worker's REST URL, as advertised to the group")
@@ -94,13 +100,14 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
     rng = random.Random(args.seed)
     # One channel and one metrics registry for the whole process: simulated workers add up.
     tls = ClientTls.from_flags(args.tls_ca, args.tls_cert, args.tls_key)
-    channel = aio_channel(args.coordinator, tls) if n > 1 else None
+    bootstrap = parse_bootstrap(args.coordinator)  # a malformed address: one line, exit 2
+    pool = ChannelPool(tls)  # one connection per replica for all the process's workers
     metrics = WorkerMetrics()
     workers = []
     for i in range(n):
         workers.append(
             ReferenceWorker(
-                channel if channel is not None else args.coordinator,
+                bootstrap,
                 args.group,
                 name=f"worker-{i}" if n > 1 else "worker",
                 instance_id=_name(args.instance_id, i, n, True) if args.instance_id else None,
@@ -116,6 +123,7 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
                 metrics=metrics,
                 tls=tls,
                 push=not args.no_push,
+                pool=pool,
             )
         )
     if args.metrics_listen:
