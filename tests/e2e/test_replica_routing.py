@@ -17,6 +17,7 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, c
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.config import ServerConfig
 from services.coordinator.core import GroupCoordinator
+from services.coordinator.machine import NotAvailable
 from services.coordinator.partitions import PartState, partition_for
 from services.coordinator.runtime import CoordinatorRuntime
 from services.coordinator.server import start_server
@@ -174,5 +175,54 @@ def test_a_partition_loading_answers_load_in_progress_and_find_coordinator_names
             await running.stop(0)
             await runtime.stop()
             storage.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+def test_a_replica_whose_memory_says_it_owns_a_taken_partition_can_never_commit(postgres_db_url: str) -> None:
+    """The fence, through the whole runtime: replica A's lease loop is frozen (as in a pause) and its
+    memory kept believing it serves everything, while replica B takes the partitions over after
+    the leases expired. A request A then handles writes nothing: the database refuses the write
+    (fencing epoch), A steps down, and the caller is told to retry elsewhere."""
+    config = ServerConfig(coordinator_partitions=2, coordinator_lease_ms=600, coordinator_lease_renew_interval_ms=100)
+
+    async def scenario() -> None:
+        sa, sb = Storage(postgres_db_url), Storage(postgres_db_url)
+        sa.open()
+        sb.open()
+        a = CoordinatorRuntime(GroupCoordinator(config), sa)
+        await a.start("a:1")
+        assert a.replica is not None and a.replica.table is not None
+        table = a.replica.table
+        assert sorted(table.owned()) == [0, 1]
+        gid = next(f"g{i}" for i in range(100) if table.partition(f"g{i}") == 0)
+        put = admin_pb2.PutConnectorRequest(group_id=gid, connector="c", task_count=1)
+        assert (await a.handle(a.coordinator.put_connector, put)).error_code == ErrorCode.NONE
+        # Freeze A's lease cycles; its memory goes on believing it serves everything.
+        assert a.replica._task is not None
+        a.replica._task.cancel()
+        for h in table.held.values():
+            h.valid_until_ms = 2**62
+        await asyncio.sleep(0.8)  # A's leases expire in the database
+        b = CoordinatorRuntime(GroupCoordinator(config), sb)
+        await b.start("b:1")
+        assert b.replica is not None and b.replica.table is not None
+        assert sorted(b.replica.table.owned()) == [0, 1]
+        # A handles a change: applied to its memory, refused by the database.
+        put2 = admin_pb2.PutConnectorRequest(group_id=gid, connector="c", task_count=5)
+        with pytest.raises(NotAvailable) as refused:
+            await a.handle(a.coordinator.put_connector, put2)
+        assert refused.value.code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
+        assert 0 not in table.held  # stepped down from the partition it was fenced on
+        assert gid not in a.coordinator.state.groups
+        assert a.metrics.fenced_writes._value.get() >= 1
+        # What is stored is what B serves: the change A made in memory was never committed.
+        described = await b.read(b.coordinator.describe_groups, admin_pb2.DescribeGroupsRequest(group_ids=[gid]))
+        assert [(c.name, c.task_count) for c in described.groups[0].connectors] == [("c", 1)]
+        await b.stop()
+        await a.stop()
+        sa.close()
+        sb.close()
 
     asyncio.run(scenario())
