@@ -8,6 +8,10 @@
     connect-groups configs describe GROUP
     connect-groups configs alter GROUP --set k=v --delete k
     connect-groups members remove GROUP --instance-id ID | --member-id ID
+    connect-groups coordinators            (replicas, partitions and their owners)
+
+--coordinator takes one address or the bootstrap addresses of the replicas (A,B,C): each group
+command goes to the group's coordinator, `list` asks every live replica.
 
 Exit codes scripts can rely on: 0 success; 1 the coordinator answered with an error (its code and
 message are printed); 2 bad command line; 3 the coordinator could not be reached.
@@ -28,8 +32,9 @@ from google.protobuf.json_format import MessageToDict
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.common.tls import ClientTls, TlsError, add_client_tls_flags, sync_channel
+from services.common.tls import ClientTls, TlsError, add_client_tls_flags
 from services.coordinator import admin_views
+from services.coordinator.admin_client import RoutedAdmin, parse_addresses
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -178,6 +183,31 @@ def _events(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub
         return EXIT_OK
 
 
+def _coordinators(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    resp = stub.DescribeCoordinators(admin_pb2.DescribeCoordinatorsRequest(), timeout=args.timeout)
+    if resp.error_code:
+        return _error(resp.error_code, resp.error_message)
+    if args.output == "json":
+        print(_as_json(resp))
+        return EXIT_OK
+    now = resp.now_ms
+    print(f"{resp.partition_count} partitions; database time {admin_views.format_time(now)}")
+    print()
+    rows = [
+        (r.replica_id, r.address, "yes" if r.live else "no", r.partitions_owned, f"{(r.expires_ms - now) / 1000:.1f}s")
+        for r in sorted(resp.replicas, key=lambda r: r.address)
+    ]
+    print(_table(rows, ["REPLICA", "ADDRESS", "LIVE", "PARTITIONS", "EXPIRES IN"]))
+    print()
+    prows = []
+    for p in resp.partitions:
+        held = p.owner_replica_id and p.expires_ms > now
+        expires = f"{(p.expires_ms - now) / 1000:.1f}s" if held else "-"
+        prows.append((p.partition, p.owner_address if held else "(none)", p.epoch, expires))
+    print(_table(prows, ["PARTITION", "OWNER", "EPOCH", "LEASE EXPIRES IN"]))
+    return EXIT_OK
+
+
 def _describe_watch(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
     def snapshot() -> Callable[[int | None], str]:
         try:
@@ -218,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--coordinator",
         default=os.environ.get("CONNECT_COORDINATOR_ADDRESS", "127.0.0.1:8470"),
-        help="HOST:PORT (default %(default)s)",
+        help="HOST:PORT, or the bootstrap addresses of coordinator replicas HOST:PORT,HOST:PORT,... "
+        "(default %(default)s)",
     )
     add_client_tls_flags(p, "CONNECT_GROUPS_")
     p.add_argument("--output", choices=["table", "json"], default="table")
@@ -260,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     which = rm.add_mutually_exclusive_group(required=True)
     which.add_argument("--instance-id", help="a static member's instance id")
     which.add_argument("--member-id", help="a member id (as shown by describe)")
+    sub.add_parser("coordinators", help="coordinator replicas, partitions and who owns each")
     return p
 
 
@@ -270,6 +302,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, admin_pb2_grpc.ConnectGroupAdm
     "configs": _configs,
     "events": _events,
     "members": _members,
+    "coordinators": _coordinators,
 }
 
 
@@ -280,8 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     except TlsError as e:
         print(f"connect-groups: {e}", file=sys.stderr)
         return EXIT_USAGE
-    with sync_channel(args.coordinator, tls) as channel:
-        stub = admin_pb2_grpc.ConnectGroupAdminStub(channel)
+    try:
+        bootstrap = parse_addresses(args.coordinator)
+    except ValueError as e:
+        print(f"connect-groups: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with RoutedAdmin(bootstrap, tls) as routed:
+        stub: Any = routed  # a ConnectGroupAdminStub that sends each call where it belongs
         try:
             return run(args, stub)
         except grpc.RpcError as e:

@@ -6,6 +6,9 @@ partitions over at once."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,8 @@ from services.coordinator.partitions import PartState, partition_for
 from services.coordinator.runtime import CoordinatorRuntime
 from services.coordinator.server import start_server
 from services.storage import Storage
-from tests.fixtures.coordinator import FAST_SETTINGS, Client, CoordinatorProcess
+from tests.fixtures.coordinator import FAST_SETTINGS, REPO, Client, CoordinatorProcess
+from tests.fixtures.net import free_port
 
 PARTITIONS = 6
 
@@ -226,3 +230,46 @@ def test_a_replica_whose_memory_says_it_owns_a_taken_partition_can_never_commit(
         sb.close()
 
     asyncio.run(scenario())
+
+
+def groups_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", bootstrap, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.postgres
+def test_connect_groups_follows_owners_from_a_bootstrap_list_with_a_dead_address(
+    replicas: list[CoordinatorProcess],
+) -> None:
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    bootstrap = ",".join([dead, *(p.address for p in replicas)])
+    gids = [group_on(p, "cli") for p in range(PARTITIONS)]  # one group on every partition: all replicas
+    for gid in gids:  # each put goes to its group's owner
+        out = groups_cli(bootstrap, "connectors", "put", gid, "c", "--tasks", "2")
+        assert out.returncode == 0, out.stderr
+    listed = groups_cli(bootstrap, "--output", "json", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(g["group_id"] for g in json.loads(listed.stdout)["groups"]) == sorted(gids)
+    described = groups_cli(bootstrap, "--output", "json", "describe", *gids)
+    assert described.returncode == 0, described.stderr
+    groups = json.loads(described.stdout)["groups"]
+    assert [g["group_id"] for g in groups] == gids and all(g["error_code"] == "NONE" for g in groups)
+    table = groups_cli(bootstrap, "coordinators")
+    assert table.returncode == 0, table.stderr
+    assert f"{PARTITIONS} partitions" in table.stdout
+    for proc in replicas:
+        assert proc.address in table.stdout
+    as_json = json.loads(groups_cli(bootstrap, "--output", "json", "coordinators").stdout)
+    assert as_json["partition_count"] == PARTITIONS
+    assert {r["address"] for r in as_json["replicas"] if r["live"]} == {p.address for p in replicas}
+    # Every bootstrap address dead: exit 3, one line naming them.
+    unreachable = groups_cli(dead, "list")
+    assert unreachable.returncode == 3 and dead in unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+    bad = groups_cli("not-an-address", "list")
+    assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
