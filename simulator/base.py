@@ -18,6 +18,11 @@ GROUP = "g"
 ASSIGNOR_TIMEOUT_MS = 2_000
 RETRY_BACKOFF_MAX_MS = 1_000
 LOAD_MS = 100  # the longest a restarted coordinator answers COORDINATOR_LOAD_IN_PROGRESS
+# Replicas (SPEC §10): partitions, lease and renew interval in virtual ms (a worker's session-safety
+# stop, >= 2.4 s, comes after a takeover: lease + renew + load).
+PARTITIONS = 4
+LEASE_MS = 1_200
+RENEW_MS = 300
 # Once converged, the group must stay converged this many heartbeat intervals.
 HOLD_INTERVALS = 3
 # Guard against a run that never ends (a livelock in virtual time).
@@ -88,6 +93,16 @@ class Stats:
     effects: int = 0
     converged_ms: int | None = None
     nudges: int = 0  # push nudges delivered to a worker (push scenarios)
+    # Replicas (replica scenarios): partitions taken over, handed over, lost; writes the fence refused;
+    # pauses; requests answered NOT_COORDINATOR / not available; coordinator lookups by workers.
+    replica_runs: int = 0
+    takeovers: int = 0
+    handovers: int = 0
+    leases_lost: int = 0
+    fenced_writes: int = 0
+    pauses: int = 0
+    misrouted: int = 0
+    lookups: int = 0
     # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
     bad_checked: dict[str, int] = field(default_factory=dict)
 

@@ -30,6 +30,11 @@ def check_safety(sim: Simulation) -> None:
             if other is not None:
                 raise Violation("a-workers", f"{key} runs on both {other.name} and {w.name}")
             running[key] = w
+    if len(sim.nodes) > 1:
+        # (e) replicas: at most one serves the group's partition at any instant (by its own clock).
+        serving = [n.replica_id for n in sim.nodes if n.serving]
+        if len(serving) > 1:
+            raise Violation("e-leases", f"replicas {serving} serve the group's partition at once")
     node = sim.node
     if node.serving:
         assert node.core is not None
@@ -93,12 +98,15 @@ def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWork
             )
 
 
+NOT_SERVING = "the coordinator is not serving"
+
+
 def convergence_problem(sim: Simulation) -> str | None:
     """Why the group is not converged (None if it is): Stable, and every item runs on exactly one
     live worker, which the coordinator agrees owns it."""
     node = sim.node
     if not node.serving:
-        return "the coordinator is not serving"
+        return NOT_SERVING
     assert node.core is not None
     group = node.core.state.groups.get(GROUP)
     if group is None:
@@ -161,7 +169,18 @@ def check_storage(sim: Simulation) -> None:
     fresh = CoordinatorState()
     for r in node.storage.load():
         fresh.replay(r)
-    stored, committed, memory = durable_view(fresh), durable_view(node.shadow), durable_view(node.core.state)
+    stored, committed = durable_view(fresh), durable_view(node.shadow)
+    memory: dict[str, Any] = {}
+    for n in sim.nodes:  # with replicas: each group from the replica serving it
+        if n.core is None or not (n.up and n.loaded):
+            continue
+        view = durable_view(n.core.state)
+        if n.table is not None:
+            now = n.local_ms(sim.now)
+            view = {g: v for g, v in view.items() if n.table.serves(g, now)}
+        memory.update(view)
+    if len(sim.nodes) > 1:  # groups whose partition nobody serves right now are compared as stored
+        memory.update({g: v for g, v in committed.items() if g not in memory and g != GROUP})
     if stored != committed:
         raise Violation(
             "d-recovery", "storage replays to a different state than committed:\n" + durable_diff(committed, stored)

@@ -33,11 +33,12 @@ from typing import Any
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.records import RebalanceEvent
-from services.coordinator.state import durable_view
+from services.coordinator.state import CoordinatorState, durable_view
 from simulator import adversarial, checkers
 from simulator.base import (
     GROUP,
     HOLD_INTERVALS,
+    LEASE_MS,
     MAX_STEPS_AT_ONE_TIME,
     MAX_STEPS_PER_RUN,
     RunResult,
@@ -96,11 +97,55 @@ class Simulation:
         # Half of the seeds run with push streams (SPEC §11): decided apart from the scenario's own
         # draws, so a scenario is the same with or without them.
         self.push = random.Random(f"{scenario.seed}/push").random() < 0.5
-        self.node = CoordinatorNode(self, fresh_storage())
+        # Some seeds run 2-3 coordinator replicas over one database (SPEC §10), with their own faults
+        # (pauses past the lease, graceful stops): also decided apart from the scenario's draws.
+        replica_rng = random.Random(f"{scenario.seed}/replicas")
+        self.replicated = replica_rng.random() < REPLICATED_SHARE
+        storage = fresh_storage()
+        shadow = CoordinatorState()
+        committed: set[str] = set()
+        self.nodes = [
+            CoordinatorNode(
+                self, storage, index=i, replicated=self.replicated, shadow=shadow, committed_members=committed
+            )
+            for i in range(replica_rng.choice((2, 3)) if self.replicated else 1)
+        ]
+        for node in self.nodes:
+            node.drift = replica_rng.uniform(-0.02, 0.02) if self.replicated else 0.0
+        self.replica_faults = _replica_faults(replica_rng, scenario) if self.replicated else []
+        if self.replicated:
+            self.stats.replica_runs = 1
         self.net = Network(self)
         self.workers = [SimWorker(self, i) for i in range(len(scenario.workers))]
 
     # -- plumbing
+
+    @property
+    def node(self) -> CoordinatorNode:
+        """The coordinator node serving the group now (with replicas; else the only one)."""
+        if len(self.nodes) == 1:
+            return self.nodes[0]
+        return next((n for n in self.nodes if n.serving), self.nodes[0])
+
+    def refind(self, w: SimWorker, now: int) -> None:
+        """The SDK's FindCoordinator (`worker_sdk/_routing.py`): ask a live replica, starting at a
+        random one, which replica owns the group; follow it (no answer: keep trying the current one)."""
+        if not self.replicated:
+            return
+        self.stats.lookups += 1
+        n = len(self.nodes)
+        start = self.net.rng.randrange(n)
+        for k in range(n):
+            asked = self.nodes[(start + k) % n]
+            if not asked.up or asked.paused(now) or asked.table is None:
+                continue
+            owner = asked.find(GROUP, now)
+            for i, node in enumerate(self.nodes):
+                if owner and node.replica_id == owner and node.up:
+                    if w.coord != i:
+                        self.trace(f"{w.name} follows the coordinator to {owner}")
+                    w.coord = i
+            return
 
     def new_member_id(self) -> str:
         self._member_ids += 1
@@ -126,8 +171,11 @@ class Simulation:
         violation: Violation | None = None
         limit = max_steps if max_steps is not None else MAX_STEPS_PER_RUN
         same_time = 0
+        for at, kind, arg in self.replica_faults:
+            self.schedule(at, self._replica_fault, kind, arg)
         try:
-            self.node.start(0, instant=True)
+            for node in self.nodes:
+                node.start(0, instant=True)
             while self._heap and not self.done:
                 at, _, fn, args = heapq.heappop(self._heap)
                 if at == self.now:
@@ -173,7 +221,8 @@ class Simulation:
         elif e.kind == COORD_CRASH:
             self._coordinator_crash(e, now)
         elif e.kind == COORD_START:
-            self.node.start(now)
+            for node in self.nodes:
+                node.start(now)
         elif e.kind == ASSIGNOR_FAULT:
             self.node.assignor_faults.append(str(e.args[0]))
         elif e.kind in (PUT_CONNECTOR, DELETE_CONNECTOR, ALTER_CONFIG):
@@ -184,12 +233,25 @@ class Simulation:
 
     def _coordinator_crash(self, e: Event, now: int) -> None:
         phase, downtime, target = str(e.args[0]), int(e.args[1]), str(e.args[2])
-        self.node.downtime_ms = downtime
-        self.node.crash_on_requests_only = target == "request"
+        node = self.node  # with replicas: the one serving the group (its partition moves)
+        node.downtime_ms = downtime
+        node.crash_on_requests_only = target == "request"
         if phase == "now":
-            self.node.crash(now, "killed")
-        elif self.node.up:
-            self.node.crash_phase = phase
+            node.crash(now, "killed")
+        elif node.up:
+            node.crash_phase = phase
+
+    def _replica_fault(self, kind: str, arg: int, now: int) -> bool:
+        if self.quiet:
+            return False
+        node = self.node
+        self.trace(f"EVENT replica {kind} {arg} ({node.replica_id or 'none'})")
+        if kind == "pause":
+            node.pause(now, arg)
+        elif kind == "stop":
+            node.downtime_ms = arg
+            node.stop_gracefully(now)
+        return True
 
     def _admin(self, e: Event, now: int) -> None:
         if not self.node.serving:
@@ -251,9 +313,10 @@ class Simulation:
         restart (those that left for good stay gone unless none would be left), slow stops end."""
         self.quiet = True
         self.trace(f"FAULTS STOP; convergence due within {self.bound_ms} ms")
-        self.node.crash_phase = None
-        self.node.assignor_faults.clear()
-        self.node.start(now)
+        for node in self.nodes:
+            node.crash_phase = None
+            node.assignor_faults.clear()
+            node.start(now)
         for w in self.workers:
             w.partitioned = False
             w.slow_stop_ms = w.slow_compute_ms = None
@@ -301,6 +364,8 @@ class Simulation:
         if self.now < self.net.last_chaos_delivery:
             return  # messages from the fault window are still in flight
         problem = self.convergence_problem()
+        if problem == checkers.NOT_SERVING and self.replicated:
+            return  # the partition is moving between replicas: judged again once one serves it
         if problem is None:
             if self.converged_since is None:
                 self.converged_since = self.now
@@ -313,6 +378,22 @@ class Simulation:
     def _hold_done(self, now: int) -> bool:
         self.done = True
         return True
+
+
+REPLICATED_SHARE = 0.4
+
+
+def _replica_faults(rng: random.Random, s: Scenario) -> list[tuple[int, str, int]]:
+    """Pauses of the group's coordinator (some past its lease) and graceful stops (hand-overs), in
+    the fault window."""
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randint(0, max(1, s.fault_window_ms - 1))
+        if rng.random() < 0.7:
+            out.append((at, "pause", rng.randint(LEASE_MS // 2, 3 * LEASE_MS)))
+        else:
+            out.append((at, "stop", rng.randint(0, 2 * LEASE_MS)))
+    return sorted(out)
 
 
 @contextlib.contextmanager

@@ -69,6 +69,9 @@ class Network:
             self.sim.trace(f"{w.name} -> C {kind}: dropped (partitioned)")
             return
         key = (w.index, w.incarnation)
+        if self.sim.replicated and w.member is not None and w.member._failures > 0:
+            # The last request went unanswered or failed: the SDK looks the coordinator up again.
+            self.sim.refind(w, now)
         # A join under a server-generated id is not idempotent: a duplicate creates a second member
         # (see NetSpec.duplicate_joins).
         join = kind == "heartbeat" and not body.member_id
@@ -81,12 +84,17 @@ class Network:
                 # arrives right after its original).
                 at = max(at, self._connection_clock.get(key, 0))
                 self._connection_clock[key] = at
-            self.sim.schedule(at, self._at_coordinator, w, w.incarnation, kind, seq, body)
+            self.sim.schedule(at, self._at_coordinator, w, w.incarnation, kind, seq, body, w.coord)
 
-    def _at_coordinator(self, w: SimWorker, incarnation: int, kind: str, seq: int, body: Any, now: int) -> bool:
+    def _at_coordinator(
+        self, w: SimWorker, incarnation: int, kind: str, seq: int, body: Any, coord: int, now: int
+    ) -> bool:
         sim = self.sim
-        node = sim.node
+        node = sim.nodes[coord]
         desc = _describe_request(kind, body)
+        if node.paused(now):  # SIGSTOPped: the request waits in the socket until the process runs again
+            sim.schedule(node.paused_until, self._at_coordinator, w, incarnation, kind, seq, body, coord)
+            return False
         if w.partitioned:
             sim.stats.partition_drops += 1
             sim.trace(f"{w.name} -> C {desc}: dropped (partitioned)")
@@ -103,6 +111,11 @@ class Network:
             sim.trace(f"{w.name} -> C {desc}: loading")
             self.respond(w, incarnation, kind, seq, _load_in_progress(kind), now)
             return True
+        refused = node.refusal(body.group_id, now)
+        if refused is not None:  # the group is not served by this replica (SPEC §10)
+            sim.trace(f"{w.name} -> {node.replica_id} {desc}: {ErrorCode.Name(refused[0])}")
+            self.respond(w, incarnation, kind, seq, _refusal(kind, *refused), now)
+            return True
         sim.trace(f"{w.name} -> C {desc}")
         method = {"heartbeat": "heartbeat", "prepare": "prepare_assignment", "install": "install_assignment"}[kind]
         node.execute(
@@ -115,6 +128,7 @@ class Network:
     def _refused(self, w: SimWorker, incarnation: int, kind: str, seq: int, now: int) -> bool:
         if not w.up or w.incarnation != incarnation or w.member is None:
             return False
+        self.sim.refind(w, now)
         w.on_failure(kind, seq, now, "connection refused")
         return True
 
@@ -130,6 +144,8 @@ class Network:
             self.sim.trace(f"C -> {w.name} {kind} response: dropped (partitioned)")
             return True
         self.sim.trace(f"C -> {w.name} {_describe_response(kind, response)}")
+        if response.error_code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.sim.refind(w, now)  # the group is elsewhere: the SDK looks it up again
         w.on_response(kind, seq, response, now)
         if self.sim.push:
             self._open_stream(w, now)
@@ -176,12 +192,20 @@ class Network:
 
 
 def _load_in_progress(kind: str) -> Any:
-    code, msg = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "loading"
+    return _refusal(kind, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "loading")
+
+
+def _refusal(kind: str, code: int, msg: str) -> Any:
+    response: Any
     if kind == "heartbeat":
-        return coordinator_pb2.ConnectGroupHeartbeatResponse(error_code=code, error_message=msg)
-    if kind == "prepare":
-        return coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=code, error_message=msg)
-    return coordinator_pb2.ConnectGroupInstallAssignmentResponse(error_code=code, error_message=msg)
+        response = coordinator_pb2.ConnectGroupHeartbeatResponse()
+    elif kind == "prepare":
+        response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse()
+    else:
+        response = coordinator_pb2.ConnectGroupInstallAssignmentResponse()
+    response.error_code = code
+    response.error_message = msg
+    return response
 
 
 def _items(msg: Any) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from services.coordinator.machine import CoordinatorMachine, HandlerFailed, Ticket
+from services.coordinator.partitions import PartitionTable, RouteKind
 from services.coordinator.records import EventType
 from services.coordinator.state import durable_diff, durable_view
-from simulator.base import ASSIGNOR_TIMEOUT_MS, LOAD_MS, Violation
+from services.storage.leases import FencedError
+from simulator.base import ASSIGNOR_TIMEOUT_MS, GROUP, LEASE_MS, LOAD_MS, PARTITIONS, RENEW_MS, Violation
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
@@ -31,12 +33,31 @@ class CoordinatorNode:
     """The coordinator process: the runtime machine (services.coordinator.machine) over the real core
     and its SQLite file -- the shell's I/O done synchronously, with crash points between the steps."""
 
-    def __init__(self, sim: Simulation, storage: Storage) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        storage: Storage,
+        *,
+        index: int = 0,
+        replicated: bool = False,
+        shadow: CoordinatorState | None = None,
+        committed_members: set[str] | None = None,
+    ) -> None:
         self.sim = sim
         self.storage = storage
-        # The committed state: every record Storage.write accepted, replayed in order.
-        self.shadow = CoordinatorState()
-        self.committed_members: set[str] = set()  # every member id ever stored
+        # The committed state: every record Storage.write accepted, replayed in order (shared by
+        # the replicas of one database).
+        self.shadow = shadow if shadow is not None else CoordinatorState()
+        self.committed_members: set[str] = committed_members if committed_members is not None else set()
+        # Replicas (SPEC §10): this node's partition leases over the shared database, its local
+        # clock (a rate error well inside the lease margin), and when a pause ends.
+        self.index = index
+        self.replicated = replicated
+        self.table: PartitionTable | None = None
+        self.replica_id = ""
+        self.drift = 0.0
+        self.paused_until = 0
+        self.skip_fence = False  # planted bug (simulator.planted): writes go out without the fence
         self.core: GroupCoordinator | None = None
         self.machine: CoordinatorMachine | None = None
         self.up = False
@@ -56,7 +77,16 @@ class CoordinatorNode:
 
     @property
     def serving(self) -> bool:
-        return self.up and self.loaded and self.core is not None
+        """Up, loaded, and (with replicas) serving the group's partition now."""
+        if not (self.up and self.loaded and self.core is not None):
+            return False
+        return self.table is None or self.table.serves(GROUP, self.local_ms(self.sim.now))
+
+    def local_ms(self, now: int) -> int:
+        return int(now * (1 + self.drift))
+
+    def paused(self, now: int) -> bool:
+        return now < self.paused_until
 
     # -- lifecycle
 
@@ -74,6 +104,8 @@ class CoordinatorNode:
     def _load(self, incarnation: int, now: int) -> bool:
         if incarnation != self.incarnation or not self.up:
             return False
+        if self.replicated:
+            return self._start_replica(now)
         # A restarted process: a new core in a new runtime machine, loaded from the SQLite file.
         core = GroupCoordinator(self.sim.config, self.service_assignors, new_member_id=self.sim.new_member_id)
         machine = CoordinatorMachine(core)
@@ -99,16 +131,174 @@ class CoordinatorNode:
         self._after(now)
         return True
 
+    # -- replicas: leases over the shared database (services.coordinator.replicas, synchronously)
+
+    def _start_replica(self, now: int) -> bool:
+        core = GroupCoordinator(self.sim.config, self.service_assignors, new_member_id=self.sim.new_member_id)
+        machine = CoordinatorMachine(core)
+        machine.load([], now)
+        self.core, self.machine = core, machine
+        self.replica_id = f"r{self.index}.{self.incarnation}"  # a new process: a new id
+        self.storage.db_clock = lambda: self.sim.now
+        count = self.storage.init_cluster(PARTITIONS, PARTITIONS)
+        self.table = PartitionTable(self.replica_id, self.replica_id, count, LEASE_MS)
+        self.loaded = True
+        self.sim.trace(f"coordinator {self.replica_id} starts its lease cycles")
+        self._cycle(self.incarnation, now)
+        return True
+
+    def _cycle(self, incarnation: int, now: int, leaving: bool = False) -> bool:
+        if incarnation != self.incarnation or not self.up or self.table is None:
+            return False
+        if self.paused(now):
+            self.sim.schedule(self.paused_until, self._cycle, incarnation)
+            return False
+        table = self.table
+        started = self.local_ms(now)
+        outcome = self.storage.lease_cycle(self.replica_id, self.replica_id, LEASE_MS, table.plan, leaving=leaving)
+        changes = table.apply(outcome, started)
+        expired = table.expire(self.local_ms(now))
+        if outcome.released:
+            self.sim.stats.handovers += len(outcome.released)
+            self.sim.trace(f"coordinator {self.replica_id} released partitions {list(outcome.released)}")
+        lost = (*changes.lost, *expired.lost)
+        if lost:
+            self._lose(list(lost), now, already_dropped_from_table=True)
+        if changes.releasing:
+            # Writes here are synchronous: everything applied is already stored. Drop, release next.
+            self.sim.trace(f"coordinator {self.replica_id} hands partitions {list(changes.releasing)} over")
+            self._drop(set(changes.releasing), now)
+            self.sim.schedule(now + 1, self._cycle, incarnation)
+        if changes.acquired:
+            epochs = {p: table.held[p].epoch for p in changes.acquired}
+            self.sim.trace(f"coordinator {self.replica_id} acquired partitions {list(changes.acquired)} {epochs}")
+            self.sim.schedule(now + self.sim.rng.randint(0, LOAD_MS), self._load_partitions, incarnation, epochs)
+        if not leaving:
+            self.sim.schedule(now + RENEW_MS, self._cycle, incarnation)
+        return True
+
+    def _load_partitions(self, incarnation: int, epochs: dict[int, int], now: int) -> bool:
+        if incarnation != self.incarnation or not self.up or self.table is None or self.machine is None:
+            return False
+        if self.paused(now):
+            self.sim.schedule(self.paused_until, self._load_partitions, incarnation, epochs)
+            return False
+        table = self.table
+        ready = {p for p, e in epochs.items() if table.loaded(p, e, self.local_ms(now))}
+        if not ready:
+            return True
+        ids = table.groups_of(ready, self.storage.group_ids())
+        records = self.storage.load(group_ids=ids) if ids else []
+        by_group: dict[str, list[Record]] = {gid: [] for gid in ids}
+        for r in records:
+            by_group[r.group_id].append(r)
+        self.machine.reload_groups(by_group, now)
+        self._store_all()
+        self.sim.stats.takeovers += len(ready)
+        recovered, committed = durable_view(self.core.state) if self.core else {}, durable_view(self.shadow)
+        for gid in ids:
+            if not table.serves(gid, self.local_ms(now)):
+                continue  # its write was refused meanwhile (the lease is gone): dropped again
+            if recovered.get(gid) != committed.get(gid):
+                raise Violation(
+                    "d-recovery",
+                    f"group {gid} as loaded by {self.replica_id} differs from the committed state:\n"
+                    + durable_diff(
+                        {gid: committed[gid]} if gid in committed else {},
+                        {gid: recovered[gid]} if gid in recovered else {},
+                    ),
+                )
+        self.sim.stats.recoveries += 1
+        self.sim.trace(f"coordinator {self.replica_id} serves partitions {sorted(ready)} ({len(ids)} groups)")
+        if self.sim.push:
+            self.sim.net.reconnect_streams(now)
+        self._after(now)
+        return True
+
+    def _lose(self, partitions: list[int], now: int, already_dropped_from_table: bool = False) -> None:
+        if self.table is None:
+            return
+        if not already_dropped_from_table:
+            partitions = list(self.table.lose(partitions).lost)
+        if not partitions:
+            return
+        self.sim.stats.leases_lost += len(partitions)
+        self.sim.trace(f"coordinator {self.replica_id} LOST partitions {partitions}")
+        self._drop(set(partitions), now)
+
+    def _drop(self, partitions: set[int], now: int) -> None:
+        """The partitions' groups leave memory (their timers too)."""
+        if self.machine is None or self.core is None or self.table is None:
+            return
+        gids = self.table.groups_of(partitions, list(self.core.state.groups))
+        if gids:
+            self.machine.reload_groups({gid: [] for gid in gids}, now)
+
+    def _drop_unserved(self, group_ids: set[str]) -> None:
+        """Groups a failed commit touched: reloaded from storage where still served, dropped elsewhere."""
+        if not group_ids or self.machine is None:
+            return
+        table, now = self.table, self.sim.now
+        keep = {g for g in group_ids if table is None or table.serving(table.partition(g), self.local_ms(now))}
+        loaded = {g: self.storage.load(g) for g in sorted(keep)}
+        loaded.update({g: [] for g in sorted(group_ids - keep)})
+        self.machine.reload_groups(loaded, now)
+
+    def refusal(self, group_id: str, now: int) -> tuple[int, str] | None:
+        """Routing, as the runtime's: None if this replica serves the group now."""
+        table = self.table
+        if table is None:
+            return None
+        route = table.route(group_id, self.local_ms(now))
+        if route.kind is RouteKind.SERVE:
+            return None
+        self.sim.stats.misrouted += 1
+        if route.kind is RouteKind.LOADING:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading partition {route.partition}"
+        if route.kind is RouteKind.NOT_COORDINATOR:
+            return ErrorCode.NOT_COORDINATOR, f"coordinated by {route.address}"
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"partition {route.partition} has no live coordinator here"
+
+    def find(self, group_id: str, now: int) -> str | None:
+        """FindCoordinator at this replica: itself for its own partitions, else the database's owner."""
+        table = self.table
+        if table is None:
+            return self.replica_id or None
+        route = table.find(group_id, self.local_ms(now))
+        if route.kind is RouteKind.SERVE:
+            return self.replica_id
+        lease = next(x for x in self.storage.read_leases().leases if x.partition == route.partition)
+        return lease.owner if lease.owner and lease.expires_ms > now else None
+
+    def pause(self, now: int, duration: int) -> None:
+        """SIGSTOP for `duration` ms: nothing runs here until then (its clock keeps going)."""
+        if not self.up:
+            return
+        self.paused_until = max(self.paused_until, now + duration)
+        self.sim.stats.pauses += 1
+        self.sim.trace(f"coordinator {self.replica_id} PAUSED for {duration} ms")
+
+    def stop_gracefully(self, now: int) -> None:
+        """SIGTERM: hand every partition over, deregister, exit; restarts after `downtime_ms`."""
+        if not self.up or self.table is None or self.paused(now):
+            return
+        self.sim.trace(f"coordinator {self.replica_id} shuts down: hands its partitions over")
+        self._drop(set(self.table.drain()), now)
+        self._cycle(self.incarnation, now, leaving=True)
+        self.crash(now, "stopped gracefully")
+
     def crash(self, now: int, why: str) -> None:
         if not self.up:
             return
         self.up = self.loaded = False
         self.core, self.machine = None, None
+        self.table = None
+        self.paused_until = 0
         self.crash_phase = None
         self.incarnation += 1  # in-flight assignor calls and timers die with the process
         self.timer_at = None
         self.sim.stats.coordinator_crashes += 1
-        self.sim.trace(f"coordinator CRASH ({why}); restarts in {self.downtime_ms} ms")
+        self.sim.trace(f"coordinator{self._tag()} CRASH ({why}); restarts in {self.downtime_ms} ms")
         self.sim.schedule(now + self.downtime_ms, self._restart, self.incarnation)
 
     def _restart(self, incarnation: int, now: int) -> bool:
@@ -143,9 +333,11 @@ class CoordinatorNode:
         machine = self.machine
         assert machine is not None
         while (batch := machine.next_batch()) is not None:
-            self.storage.write(batch.records)
-            self._stored(batch.records)
-            machine.committed(batch)
+            if self._write(batch.records):
+                machine.committed(batch)
+            else:
+                machine.commit_failed(batch)
+        self._drop_unserved(machine.take_reloads())
 
     def execute(
         self, handler: Callable[[GroupCoordinator, int], Result], now: int, reply: Callable[[Any], None] | None
@@ -183,18 +375,67 @@ class CoordinatorNode:
             return None
         # Every request is stored before the next one arrives here: each batch is this one request.
         while (batch := machine.next_batch()) is not None:
-            self.storage.write(batch.records)
-            self._stored(batch.records)
+            if not self._write(batch.records):
+                machine.commit_failed(batch)  # fenced: the lease is someone else's
+                continue
             if writes and self.crash_phase == "after_write":
                 self.crash(now, f"after storing {len(batch.records)} records, before responding")
                 return None
             machine.committed(batch)
+        self._drop_unserved(machine.take_reloads())
         if not ticket.answered:
             raise Violation("core-error", "the runtime machine did not answer a stored request")
         if reply is not None:
-            reply(ticket.response)
+            if ticket.error is not None:
+                reply(_error_response(ticket.response, ErrorCode.COORDINATOR_NOT_AVAILABLE, str(ticket.error)))
+            elif is_request and self.table is not None and not self.table.serves(GROUP, self.local_ms(now)):
+                # As the runtime does just before an answer leaves: the lease ran out meanwhile.
+                reply(_error_response(ticket.response, ErrorCode.COORDINATOR_NOT_AVAILABLE, "lease lost"))
+            else:
+                reply(ticket.response)
         self._after(now)
         return ticket
+
+    # -- writes, fenced by the partition leases (replicas)
+
+    def _write(self, records: list[Record]) -> bool:
+        """Storage.write with the fence (replicas); False if the database refused it."""
+        table = self.table
+        if table is None:
+            self.storage.write(records)
+            self._stored(records)
+            return True
+        fence = table.fence({r.group_id for r in records})
+        lawful = self._holds_leases(fence)
+        try:
+            self.storage.write(records, fence=None if self.skip_fence else (self.replica_id, fence))
+        except FencedError as e:
+            self.sim.stats.fenced_writes += 1
+            self.sim.trace(f"coordinator{self._tag()} write refused: {e}")
+            self._lose(list(e.partitions), self.sim.now)
+            return False
+        if not lawful:
+            raise Violation(
+                "e-fencing",
+                f"replica {self.replica_id} committed a write to partitions {sorted(fence)} without their current lease",
+            )
+        self._stored(records)
+        return True
+
+    def _holds_leases(self, fence: dict[int, int]) -> bool:
+        """The checker's own look at the lease rows (virtual time is the database's clock)."""
+        now = self.sim.now
+        rows = {lease.partition: lease for lease in self.storage.read_leases().leases}
+        return all(
+            (row := rows.get(p)) is not None
+            and row.owner == self.replica_id
+            and row.epoch == epoch
+            and row.expires_ms > now
+            for p, epoch in fence.items()
+        )
+
+    def _tag(self) -> str:
+        return f" {self.replica_id}" if self.replicated and self.replica_id else ""
 
     def _after(self, now: int) -> None:
         machine = self.machine
@@ -212,7 +453,10 @@ class CoordinatorNode:
             self.sim.schedule(max(deadline, now), self._on_timer, self.incarnation, self.timer_gen)
 
     def _on_timer(self, incarnation: int, gen: int, now: int) -> bool:
-        if incarnation != self.incarnation or gen != self.timer_gen or not self.serving:
+        if incarnation != self.incarnation or gen != self.timer_gen or not (self.up and self.loaded and self.core):
+            return False
+        if self.paused(now):
+            self.sim.schedule(self.paused_until, self._on_timer, incarnation, gen)
             return False
         self.timer_at = None
         self.sim.trace("coordinator timers")
@@ -241,7 +485,10 @@ class CoordinatorNode:
     def _assignor_answered(
         self, incarnation: int, job: ServiceAssignment, response: assignor_pb2.AssignResponse | None, now: int
     ) -> bool:
-        if incarnation != self.incarnation or not self.serving:
+        if incarnation != self.incarnation or not (self.up and self.loaded and self.core):
+            return False
+        if self.paused(now):
+            self.sim.schedule(self.paused_until, self._assignor_answered, incarnation, job, response)
             return False
         resp = response if response is not None else services.assignor.assign(job.request)
         self.sim.trace(f"assignor answers epoch {job.group_epoch} (error {resp.error})")
@@ -255,8 +502,20 @@ class CoordinatorNode:
         return True
 
     def _assignor_failed(self, incarnation: int, job: ServiceAssignment, why: str, now: int) -> bool:
-        if incarnation != self.incarnation or not self.serving:
+        if incarnation != self.incarnation or not (self.up and self.loaded and self.core):
+            return False
+        if self.paused(now):
+            self.sim.schedule(self.paused_until, self._assignor_failed, incarnation, job, why)
             return False
         self.sim.trace(f"assignor call for epoch {job.group_epoch} failed: {why}")
         self.execute(lambda core, t: core.fail_service_assignment(job.group_id, job.group_epoch, why, t), now, None)
         return True
+
+
+def _error_response(response: Any, code: int, message: str) -> Any:
+    """An in-band error of the same response type (what the server sends for NotAvailable)."""
+    out = type(response)()
+    out.error_code = code
+    if "error_message" in out.DESCRIPTOR.fields_by_name:
+        out.error_message = message
+    return out

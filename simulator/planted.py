@@ -17,6 +17,7 @@ from services.coordinator import membership as membership_module
 from services.coordinator.core import GroupCoordinator
 from services.coordinator.machine import CoordinatorMachine
 from services.coordinator.records import CurrentAssignmentValue, MemberState
+from services.storage import leases as leases_module
 
 
 @contextlib.contextmanager
@@ -87,11 +88,21 @@ def respond_before_write() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def skip_fence() -> Iterator[None]:
+    """Replicas (SPEC §10): write transactions no longer check the partition's lease, so a replica
+    that lost its lease (paused past it, then woken) still commits what its stale memory decided.
+    Planted in the real storage code (`services.storage.leases.check_fence`)."""
+    with _patch(leases_module, "check_fence", lambda *_args, **_kwargs: None):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
     "release-held-on-fence": release_held_on_fence,
     "respond-before-write": respond_before_write,
+    "skip-fence": skip_fence,
 }
 
 

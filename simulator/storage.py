@@ -56,6 +56,9 @@ def fresh_storage() -> Storage:
     with _storage.engine.begin() as conn:
         for table in (*models.GROUP_STATE_TABLES, models.EVENTS_TABLE):
             conn.execute(delete(table))
+        for table in (models.CLUSTER_TABLE, models.REPLICAS_TABLE, models.LEASES_TABLE):
+            conn.execute(delete(table))
+    _storage.db_clock = None
     return _storage
 
 

@@ -271,10 +271,13 @@ class PartitionTable:
             del self.held[p]
         return Changes(lost=lost)
 
-    def loaded(self, partition: int, epoch: int) -> bool:
-        """The partition's groups are in memory: serve it (False: it was lost or re-acquired meanwhile)."""
+    def loaded(self, partition: int, epoch: int, now_ms: int | None = None) -> bool:
+        """The partition's groups are in memory: serve it (False: it was lost, re-acquired, or --
+        with `now_ms` -- its lease ran out while it loaded)."""
         h = self.held.get(partition)
         if h is None or h.epoch != epoch or h.state is not PartState.LOADING:
+            return False
+        if now_ms is not None and h.valid_until_ms <= now_ms:
             return False
         h.state = PartState.OWNED
         return True

@@ -214,7 +214,7 @@ class Replica:
         for r in records:
             by_group.setdefault(r.group_id, []).append(r)
         now = self.runtime.clock()
-        ready = [p for p, epoch in acquired.items() if table.loaded(p, epoch)]
+        ready = [p for p, epoch in acquired.items() if table.loaded(p, epoch, monotonic_ms())]
         if not ready:
             return
         keep = set(ready)

@@ -50,6 +50,11 @@ class ClusterMismatch(Exception):
 
 
 def db_now_ms(conn: Connection) -> int:
+    """The database's clock (Unix ms); a connection may carry a stand-in (`db_clock` execution
+    option: the simulator's virtual time)."""
+    clock = conn.get_execution_options().get("db_clock")
+    if clock is not None:
+        return int(clock())
     return int(conn.execute(text(_NOW[conn.dialect.name])).scalar_one())
 
 

@@ -161,6 +161,8 @@ class Storage:
         if self._dialect not in ("sqlite", "postgresql"):
             raise StorageError(f"unsupported database {self._dialect!r}: use sqlite or postgresql")
         self._statements: dict[type, Insert | _SqliteBulk] = {}
+        # The lease tables' clock (SPEC §10): the database's own unless set (the simulator's virtual time).
+        self.db_clock: Callable[[], int] | None = None
         # An in-memory SQLite database is a single shared connection: serialize its users.
         self._memory_lock: threading.Lock | None = None
 
@@ -269,6 +271,8 @@ class Storage:
 
     def _connect(self, write: bool) -> Connection:
         conn = self.engine.connect()
+        if self.db_clock is not None:
+            conn.execution_options(db_clock=self.db_clock)
         if self._dialect == "sqlite" and write:
             conn.execution_options(sqlite_begin="IMMEDIATE")
         elif self._dialect == "postgresql" and not write:
