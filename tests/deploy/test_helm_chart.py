@@ -157,8 +157,8 @@ def test_pods_are_hardened(rendered: tuple[Path | None, list[dict[str, Any]]]) -
 
 def test_servers_have_native_grpc_probes_and_spread_over_zones_and_nodes() -> None:
     objs = render({})
-    for suffix in ("-coordinator", "-assignor"):
-        dep = named(objs, "Deployment", suffix)
+    for kind, suffix in (("StatefulSet", "-coordinator"), ("Deployment", "-assignor")):
+        dep = named(objs, kind, suffix)
         spec = dep["spec"]["template"]["spec"]
         [c] = spec["containers"]
         grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
@@ -175,9 +175,34 @@ def test_servers_have_native_grpc_probes_and_spread_over_zones_and_nodes() -> No
     assert "replicas" not in named(objs, "Deployment", "-assignor")["spec"], "the HPA owns the replica count"
 
 
+def test_coordinator_replicas_advertise_their_pod_names_and_share_partition_settings() -> None:
+    """SPEC §10: a StatefulSet of replicas (3 by default), each advertising its stable DNS name
+    under the headless Service, the partition settings in the server config, a PDB letting one
+    replica go at a time, and a lease/renew combination that cannot survive a missed renewal refused."""
+    objs = render({})
+    sts = named(objs, "StatefulSet", "-coordinator")
+    headless = named(objs, "Service", "-coordinator-headless")["metadata"]["name"]
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == headless
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    [c] = sts["spec"]["template"]["spec"]["containers"]
+    assert f"--advertised-address=$(POD_NAME).{headless}.$(POD_NAMESPACE).svc.cluster.local:8470" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    props = named(objs, "ConfigMap", "-coordinator")["data"]["server.properties"]
+    assert "group.coordinator.partitions=24" in props and "group.coordinator.lease.ms=10000" in props
+    assert named(objs, "PodDisruptionBudget", "-coordinator")["spec"]["maxUnavailable"] == 1
+    custom = render({"coordinator": {"replicas": 5, "partitions": 60, "leaseMs": 6000, "leaseRenewIntervalMs": 500}})
+    assert named(custom, "StatefulSet", "-coordinator")["spec"]["replicas"] == 5
+    props = named(custom, "ConfigMap", "-coordinator")["data"]["server.properties"]
+    assert "group.coordinator.partitions=60" in props and "group.coordinator.lease.renew.interval.ms=500" in props
+    with pytest.raises(helm.HelmError, match="leaseRenewIntervalMs"):
+        render({"coordinator": {"leaseMs": 1000, "leaseRenewIntervalMs": 500}})
+
+
 def test_a_config_change_rolls_the_coordinator() -> None:
     def checksum(values: dict[str, Any]) -> str:
-        dep = named(render(values), "Deployment", "-coordinator")
+        dep = named(render(values), "StatefulSet", "-coordinator")
         return str(dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
 
     base = checksum({})
@@ -195,20 +220,20 @@ def test_migrations_run_in_a_hook_job_before_the_servers_for_an_external_databas
     assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(ann["helm.sh/hook-weight"])
     [c] = job["spec"]["template"]["spec"]["containers"]
     assert c["args"][0] == "migrate"
-    args = named(objs, "Deployment", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = named(objs, "StatefulSet", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-migrate" in args
     # The bundled database does not exist when pre-install hooks run: the server migrates itself.
     bundled = render({})
     assert not by_kind(bundled, "Job")
     assert (
         "--no-migrate"
-        not in named(bundled, "Deployment", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
+        not in named(bundled, "StatefulSet", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
     )
 
 
 def test_tls_and_acl_are_wired_with_spec_flag_names() -> None:
     objs = render(values_of(CHART / "ci" / "tls-values.yaml"))
-    coord = named(objs, "Deployment", "-coordinator")["spec"]["template"]["spec"]
+    coord = named(objs, "StatefulSet", "-coordinator")["spec"]["template"]["spec"]
     [c] = coord["containers"]
     for flag in (
         "--tls-cert=/etc/connect/tls/tls.crt",
@@ -227,12 +252,13 @@ def test_tls_and_acl_are_wired_with_spec_flag_names() -> None:
     test_pod = named(objs, "Pod", "-test-health")
     assert all(ctr["args"][0].endswith(":8480") for ctr in test_pod["spec"]["containers"])
     # Off by default: no flag, no mount.
-    default_args = named(render({}), "Deployment", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    default_args = named(render({}), "StatefulSet", "-coordinator")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not [a for a in default_args if a.startswith(("--tls", "--acl", "--health", "--assignor-tls"))]
 
 
 BAD_VALUES = [
-    ({"coordinator": {"replicas": 3}}, "replicas"),
+    ({"coordinator": {"replicas": 101}}, "replicas"),
+    ({"coordinator": {"partitions": 0}}, "partitions"),
     ({"coordinator": {"grpcPort": 70000}}, "grpcPort"),
     ({"coordinator": {"logLevel": "LOUD"}}, "logLevel"),
     ({"coordinator": {"config": {"session.timeout.ms": "1"}}}, "session.timeout.ms"),
