@@ -28,7 +28,7 @@ from services.coordinator.discovery import AssignorDirectory
 from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
 from services.coordinator.server import split_address, start_server
 from services.storage import Storage, StorageError, default_sqlite_url
-from services.storage.leases import ClusterMismatch
+from services.storage.leases import ClusterMismatch, lock_sqlite_file
 
 log = logging.getLogger("connect.coordinator")
 ENV_PREFIX = "CONNECT_COORDINATOR_"
@@ -228,11 +228,16 @@ async def serve(args: argparse.Namespace) -> int:
     authorizer = Authorizer(AclFile(args.acl_file) if args.acl_file else None)
     assignors = assignor_directory(args, assignor_tls)
     url = args.database or default_sqlite_url()
+    # SQLite runs one replica (SPEC §10): refused before the database is touched.
+    sqlite_lock = lock_sqlite_file(url)
+    # Migration progress is for `connect-coordinator migrate`; serve logs only what went wrong.
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     storage = Storage(url)
     await asyncio.to_thread(storage.open, not args.no_migrate)
     # With assignor services, names are filled in by discovery (runtime.start, then periodically).
     coordinator = GroupCoordinator(config, {} if assignors is not None else None)
     runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
+    runtime.sqlite_lock = sqlite_lock
     if args.advertised_address:
         split_address(args.advertised_address)  # a malformed address: one line, exit 2
     await runtime.start(args.advertised_address or advertised_default(args.listen))

@@ -64,7 +64,7 @@ class Replica:
 
     async def start(self) -> None:
         if self.exclusive:
-            self._lock = leases.lock_sqlite_file(self.storage.url)
+            self._lock = self.runtime.sqlite_lock or leases.lock_sqlite_file(self.storage.url)
         count = await asyncio.to_thread(self.storage.init_cluster, self.configured_partitions, DEFAULT_PARTITIONS)
         self.table = PartitionTable(self.replica_id, self.address, count, self.lease_ms, exclusive=self.exclusive)
         self.metrics.partition_count.set(count)

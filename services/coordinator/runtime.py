@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import grpc
 
@@ -146,6 +146,8 @@ class CoordinatorRuntime:
         self._stopping = False
         # Partition leases (SPEC §10): which groups this replica serves; set up by `start`.
         self.replica: Replica | None = None
+        # The SQLite file's single-replica lock, when the caller took it already (the CLI does, first).
+        self.sqlite_lock: IO[str] | None = None
         self._leases_read: tuple[float, asyncio.Future[Scan]] | None = None
 
     @property

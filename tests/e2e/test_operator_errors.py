@@ -130,3 +130,44 @@ def test_connect_groups_mistakes() -> None:
     )
     assert rc == 2
     one_line(lines, "error: --set expects KEY=VALUE", "novalue")
+
+
+def test_a_second_coordinator_on_one_sqlite_file_and_a_bad_replica_setting_are_refused(tmp_path: Path) -> None:
+    """SQLite runs one replica (SPEC §10): a second process on the same file is one line, exit 1;
+    a malformed --advertised-address or a changed partition count are one line too."""
+    serve = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
+    first = subprocess.Popen(
+        [
+            *serve,
+            "--metrics-listen",
+            "",
+            "--database",
+            f"sqlite:///{tmp_path}/c.db",
+            "--set",
+            "group.coordinator.partitions=8",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:
+            if "listening on" in line:
+                break
+        rc, lines = coordinator(tmp_path)
+        assert rc == 1
+        one_line(lines, "connect-coordinator:", "already serves the SQLite database", "one replica only")
+    finally:
+        first.terminate()
+        first.wait(30)
+    rc, lines = coordinator(tmp_path, "--set", "group.coordinator.partitions=16")
+    assert rc == 1
+    one_line(lines, "connect-coordinator:", "group.coordinator.partitions=16", "created with 8 partitions")
+    rc, lines = coordinator(tmp_path, "--advertised-address", "no-port")
+    assert rc == 2
+    one_line(lines, "connect-coordinator:", "HOST:PORT", "no-port")
+    rc, lines = coordinator(tmp_path, "--set", "group.coordinator.lease.ms=1000")
+    assert rc == 2
+    one_line(lines, "connect-coordinator:", "group.coordinator.lease.ms must be at least 3 x")
