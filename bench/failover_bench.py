@@ -31,8 +31,7 @@ from bench.heartbeat_bench import start  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
 from services.coordinator.partitions import partition_for  # noqa: E402
-from worker_sdk import ConnectWorkerClient  # noqa: E402
-from worker_sdk._routing import ChannelPool  # noqa: E402
+from worker_sdk import ChannelPool, ConnectWorkerClient  # noqa: E402
 
 PARTITIONS = 24
 

@@ -42,6 +42,7 @@ from worker_sdk._member import (
 )
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._reference import ReferenceWorker
+from worker_sdk._routing import ChannelPool, CoordinatorRouter, parse_bootstrap
 
 __all__ = [
     "DEFAULT_ASSIGNORS",
@@ -57,10 +58,12 @@ __all__ = [
     "AssignmentOutcome",
     "AssignmentTask",
     "CallbackError",
+    "ChannelPool",
     "ClientAssignor",
     "ClientTls",
     "Compute",
     "ConnectWorkerClient",
+    "CoordinatorRouter",
     "Done",
     "Effect",
     "FatalError",
@@ -85,5 +88,6 @@ __all__ = [
     "local_assignors",
     "parse_assignor",
     "parse_assignors",
+    "parse_bootstrap",
     "run_assignor",
 ]

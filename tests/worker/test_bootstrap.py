@@ -12,8 +12,7 @@ from tests.fixtures.net import free_port
 from tests.fixtures.processes import ManagedProcess
 from tests.worker.observe import Admin
 from tests.worker.test_client_coordinator import Watch, close, run, settled, start
-from worker_sdk import ReferenceWorker
-from worker_sdk._routing import parse_bootstrap
+from worker_sdk import ReferenceWorker, parse_bootstrap
 
 pytestmark = pytest.mark.timeout(60)
 
