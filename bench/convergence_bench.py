@@ -54,9 +54,11 @@ class BenchWorker:
     running: Items = field(default_factory=Items)
     revoked: int = 0
     client: ConnectWorkerClient | None = None
+    assigned_at: float = 0.0  # monotonic time of the last on_assigned
 
     async def on_assigned(self, items: Items) -> None:
         self.running |= items
+        self.assigned_at = time.monotonic()
 
     async def on_revoked(self, items: Items) -> None:
         self.running -= items
@@ -212,10 +214,12 @@ async def one_joins(
         t0 = time.monotonic()
         fleet.start(new)
         took_s, epoch = await fleet.wait_settled(120)
-        del t0
         runs.append(
             {
                 "seconds": took_s,
+                # The moved items run at the newcomer (the downtime of what moved), before the
+                # unchanged members have heartbeated their way to the new epoch.
+                "work_moved_s": new[0].assigned_at - t0,
                 "intervals": took_s * 1000 / interval_ms,
                 "revoked_items": sum(w.revoked for w in fleet.workers),
                 "workers_disturbed": sum(1 for w in fleet.workers if w.revoked),

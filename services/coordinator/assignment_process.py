@@ -26,7 +26,7 @@ from services.coordinator.config import (
 )
 from services.coordinator.errors import ApiError, invalid
 from services.coordinator.explain import SERVICE_LABEL
-from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_TARGET, CoreBase, Result, ServiceAssignment, Sink
+from services.coordinator.handler import NUDGE_COMPUTE, CoreBase, Result, ServiceAssignment, Sink
 from services.coordinator.records import (
     EventType,
     GroupMetadata,
@@ -320,7 +320,10 @@ class AssignmentProcess(CoreBase):
             # Every member moves to the new assignment epoch. Not when the group has moved on
             # already (joins arriving faster than assignments): another target follows at once, and
             # nudging everyone for each would bring a storm of heartbeats; the last one nudges.
-            sink.nudge(gid, group.members, NUDGE_TARGET)
+            self._nudge_target(sink, group)
+        else:
+            group.process.awaiting_work.clear()
+            group.process.epoch_nudge_due = False
         self._after_change(sink, group, now)
 
     # ---- timers ---------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
         if self.state.groups.get(group.group_id) is not group:
             return
         self._maybe_start_assignment(sink, group, now)
+        self._nudge_epoch_laggards(sink, group)
         if (
             group.group_id in sink.touched
             and group.stable_logged_epoch != group.assignment_epoch

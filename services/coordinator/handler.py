@@ -52,6 +52,7 @@ class Nudge:
 NUDGE_COMPUTE = "compute_assignment"
 NUDGE_TARGET = "target_changed"
 NUDGE_RELEASED = "items_released"
+NUDGE_EPOCH = "epoch_advanced"  # only the member epoch moves: nudged after the members with work
 
 # What a handler asks the runtime to do once its records are durable (and never if they are lost).
 Effect = ServiceAssignment | Nudge
@@ -156,6 +157,40 @@ class CoreBase:
         sink.nudge(group.group_id, waiting, NUDGE_RELEASED)
 
     # ---- steps one part calls in another ----------------------------------------------------------
+
+    def _nudge_target(self, sink: Sink, group: Group) -> None:
+        """A new target is installed: nudge the members with work now (items to revoke or to receive),
+        the others once those are done (`_nudge_epoch_laggards`). O(items) -- as the install itself."""
+        proc = group.process
+        work = [
+            mid
+            for mid, m in group.members.items()
+            if m.current.state != MemberState.STABLE or group.target_of(mid) != m.current.assigned
+        ]
+        if work and len(work) < len(group.members):
+            sink.nudge(group.group_id, work, NUDGE_TARGET)
+            proc.awaiting_work = set(work)
+            proc.epoch_nudge_due = True
+        else:
+            sink.nudge(group.group_id, group.members, NUDGE_TARGET)
+            proc.awaiting_work.clear()
+            proc.epoch_nudge_due = False
+
+    def _work_done(self, group: Group, member_id: str) -> None:
+        """The member reconciled with the installed target, or left the group."""
+        proc = group.process
+        if proc.epoch_nudge_due:
+            proc.awaiting_work.discard(member_id)
+
+    def _nudge_epoch_laggards(self, sink: Sink, group: Group) -> None:
+        """Every member with work is done: nudge the rest to the assignment epoch (the group is Stable
+        once they heartbeat). Once per installed target."""
+        proc = group.process
+        if proc.epoch_nudge_due and not proc.awaiting_work:
+            proc.epoch_nudge_due = False
+            epoch = group.assignment_epoch
+            lagging = [mid for mid, m in group.members.items() if m.current.member_epoch != epoch]
+            sink.nudge(group.group_id, lagging, NUDGE_EPOCH)
 
     def _after_change(self, sink: Sink, group: Group, now: int) -> None:
         raise NotImplementedError

@@ -376,6 +376,8 @@ class Membership(CoreBase):
             member.revoking_since_ms = now
         if after.member_epoch != before.member_epoch:
             sink.event(group, EventType.MEMBER_EPOCH_ADVANCED, mid, after.member_epoch, previous=before.member_epoch)
+        if after.state == MemberState.STABLE and after.member_epoch == group.assignment_epoch:
+            self._work_done(group, mid)
         gained = after.assigned - before.assigned
         if gained:
             sink.event(group, EventType.ITEMS_ASSIGNED, mid, after.member_epoch, items=len(gained), **gained.names())
@@ -443,6 +445,7 @@ class Membership(CoreBase):
 
     def _drop_member(self, sink: Sink, group: Group, member: Member) -> None:
         gid, mid = group.group_id, member.member_id
+        self._work_done(group, mid)
         sink.emit(CurrentAssignment(gid, mid, None))
         sink.emit(MemberMetadata(gid, mid, None))
         self.timer.cancel(TimerKey(TimerKind.SESSION, gid, mid))

@@ -130,6 +130,12 @@ class AssignmentProcessState:
     unassignable_epoch: int = -1
     # (executor, why, when) of the last failed assignment; None: none since the start.
     last_error: tuple[str, str, int] | None = None
+    # Push (SPEC §11): the members of the installed target that still have work to do (items to
+    # revoke or to receive). Members whose work did not change are nudged to the new epoch only once
+    # these are done (`epoch_nudge_due`), so their heartbeats do not queue in front of the ones that
+    # move work. A nudge only moves a heartbeat earlier: none of this touches safety.
+    awaiting_work: set[str] = field(default_factory=set)
+    epoch_nudge_due: bool = False
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import Nudge, Result
-from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_RELEASED, NUDGE_TARGET, ServiceAssignment
+from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_EPOCH, NUDGE_RELEASED, NUDGE_TARGET, ServiceAssignment
 from services.coordinator.records import (
     AssignorSpec,
     CurrentAssignment,
@@ -28,7 +28,7 @@ from services.coordinator.records import (
     TargetMetadata,
     TargetMetadataValue,
 )
-from services.coordinator.state import NO_ASSIGNMENT
+from services.coordinator.state import NO_ASSIGNMENT, STABLE
 from services.coordinator.timers import TimerKey, TimerKind
 from tests.coordinator.harness import Context, heartbeat_request, items
 
@@ -290,3 +290,46 @@ def test_an_acknowledged_revocation_nudges_the_member_waiting_for_the_items() ->
     assert waiting.effects == []
     ack = heartbeat(ctx, "m1")
     assert ack.effects == [Nudge(G, ("m2",), NUDGE_RELEASED)]
+
+
+def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_work_is_done() -> None:
+    """One join that moves one task: the member giving it up and the newcomer are nudged at the
+    install; the members whose work did not change only once the task runs at the newcomer, so
+    their heartbeats do not queue in front of the ones that move work."""
+    ctx = Context()
+    ctx.put_connector("A", 3)
+    for _ in range(3):
+        ctx.join()
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    ctx.compute(executor, {"m1": items("AC0", "AT0"), "m2": items("AT1"), "m3": items("AT2")})
+    ctx.converge(G)
+    assert ctx.group(G).state() == STABLE
+    ctx.join()  # m4
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    prep = ctx.prepare(executor)
+    ctx.nudges.clear()
+    ctx.install(
+        executor,
+        {"m1": items("AC0"), "m2": items("AT1"), "m3": items("AT2"), "m4": items("AT0")},
+        group_epoch=prep.group_epoch,
+    )
+    # m1 gives AT0 up, m4 receives it (the installer is answered directly, never nudged).
+    assert ctx.nudges == [Nudge(G, tuple(m for m in ("m1", "m4") if m != executor), NUDGE_TARGET)]
+    ctx.nudges.clear()
+    heartbeat(ctx, "m1")  # revocation of AT0 requested
+    heartbeat(ctx, "m4")  # waits for AT0
+    assert ctx.nudges == []
+    heartbeat(ctx, "m1", owned=items("AC0"))  # acknowledged
+    assert ctx.nudges == [Nudge(G, ("m4",), NUDGE_RELEASED)]
+    ctx.nudges.clear()
+    heartbeat(ctx, "m4")  # AT0 runs at m4: every member with work is done
+    assert ctx.group(G).members["m4"].current.assigned == items("AT0")
+    lagging = tuple(m for m in ("m2", "m3") if ctx.group(G).members[m].member_epoch != ctx.group(G).assignment_epoch)
+    assert lagging == ("m2", "m3")
+    assert ctx.nudges == [Nudge(G, lagging, NUDGE_EPOCH)]
+    ctx.nudges.clear()
+    heartbeat(ctx, "m2")
+    heartbeat(ctx, "m3")
+    assert ctx.nudges == []  # once per target
+    assert ctx.group(G).state() == STABLE
+    ctx.check_recovery()
