@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -48,8 +49,10 @@ class Items:
     def from_json(data: dict[str, Any] | None) -> Items:
         if not data:
             return EMPTY
+        intern = sys.intern  # connector names: one object per connector (see compact.decode)
         return Items(
-            frozenset(data.get("connectors", ())), frozenset(TaskId(c, int(t)) for c, t in data.get("tasks", ()))
+            frozenset(map(intern, data.get("connectors", ()))),
+            frozenset(TaskId(intern(c), int(t)) for c, t in data.get("tasks", ())),
         )
 
     def __bool__(self) -> bool:

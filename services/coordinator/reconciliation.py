@@ -53,11 +53,14 @@ def next_assignment(
             )
         wanted = target_items - current.assigned
         free = _free_part(wanted, is_free) if wanted else EMPTY
+        complete = len(free) == len(wanted)
         return CurrentAssignmentValue(
             member_epoch=target_epoch,
             previous_member_epoch=epoch,
-            state=MemberState.UNRELEASED_ITEMS if len(free) < len(wanted) else MemberState.STABLE,
-            assigned=current.assigned | free,
+            state=MemberState.STABLE if complete else MemberState.UNRELEASED_ITEMS,
+            # Nothing to revoke and everything free: the assignment is the target (the same object:
+            # a settled member's items are held once, not twice).
+            assigned=target_items if complete else current.assigned | free,
             revoking=EMPTY,
             error=target.error if target else 0,
             version=target.version if target else 0,
@@ -69,9 +72,12 @@ def next_assignment(
         free = _free_part(wanted, is_free)
         if not free and wanted:
             return current
+        assigned = current.assigned | free
+        if len(free) == len(wanted) and assigned == target_items:
+            assigned = target_items  # held once (see above)
         return replace(
             current,
             state=MemberState.UNRELEASED_ITEMS if len(free) < len(wanted) else MemberState.STABLE,
-            assigned=current.assigned | free,
+            assigned=assigned,
         )
     return current

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.common.items import EMPTY, Items, TaskId
@@ -263,6 +263,9 @@ class CoordinatorState:
                 return
             raise InvariantViolation(f"assignment record for unknown member {mid} of group {r.group_id}")
         new = r.value if r.value is not None else NO_ASSIGNMENT
+        target = group.target_members.get(mid)
+        if target is not None and new.assigned is not target.items and new.assigned == target.items:
+            new = replace(new, assigned=target.items)  # a settled member's items held once (after a load)
         self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
         member.current = new
         if new.request_sequence > member.last_request_sequence:
@@ -279,6 +282,13 @@ class CoordinatorState:
             group.target_members[mid] = r.value
             for key in r.value.items.item_keys():
                 group.target_owner[key] = mid
+            member = group.members.get(mid)
+            if (
+                member is not None
+                and member.current.assigned is not r.value.items
+                and member.current.assigned == r.value.items
+            ):
+                member.current = replace(member.current, assigned=r.value.items)  # held once
 
     def _target_metadata(self, r: TargetMetadata) -> None:
         self._group(r.group_id).target = r.value if r.value is not None else TargetMetadataValue(assignment_epoch=0)

@@ -333,3 +333,31 @@ def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_
     assert ctx.nudges == []  # once per target
     assert ctx.group(G).state() == STABLE
     ctx.check_recovery()
+
+
+def settled_members_hold_their_items_once(ctx: Context) -> None:
+    group = ctx.group(G)
+    assert group.state() == STABLE
+    for mid, m in group.members.items():
+        assert m.current.assigned == group.target_of(mid)
+        assert m.current.assigned is group.target_members[mid].items
+    names = {id(t.connector) for m in group.members.values() for t in m.current.assigned.tasks}
+    assert len(names) == 1
+
+
+def settle_two_members_over_the_wire(ctx: Context) -> None:
+    ctx.put_connector("A", 4)
+    ctx.join()
+    ctx.join()
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    ctx.compute(executor, {"m1": items("AC0", "AT0", "AT1"), "m2": items("AT2", "AT3")})  # decoded from protobuf
+    ctx.converge(G)
+
+
+def test_a_settled_members_items_are_held_once() -> None:
+    """Memory (issue 13): a member running exactly its target shares the target's set, and the
+    tasks' connector names are one object per connector (interned when decoded)."""
+    ctx = Context()
+    settle_two_members_over_the_wire(ctx)
+    settled_members_hold_their_items_once(ctx)
+    ctx.check_recovery()

@@ -13,6 +13,7 @@ from services.coordinator.records import (
     GroupMetadata,
     HeldAssignment,
     MemberMetadata,
+    RebalanceEvent,
     Record,
     TargetMember,
     TargetMemberValue,
@@ -191,3 +192,18 @@ def _tombstone(record: Record) -> Record:
 def test_tombstone_helper_keeps_keys() -> None:
     for r in every_state_record("g")[1:]:
         assert record_key(_tombstone(r)) == record_key(r)
+
+
+def test_a_load_holds_a_settled_members_items_once(storage: Storage) -> None:
+    """Memory (issue 13): after a restart from SQL, a settled member's assignment and target are one
+    set again, and connector names one object per connector (the JSON decoder makes one per row)."""
+    from services.coordinator.core import GroupCoordinator
+    from tests.coordinator.harness import Context
+    from tests.coordinator.test_records import settle_two_members_over_the_wire, settled_members_hold_their_items_once
+
+    ctx = Context()
+    settle_two_members_over_the_wire(ctx)
+    storage.write([r for r in ctx.log if not isinstance(r, RebalanceEvent)])
+    ctx.coordinator = GroupCoordinator(ctx.config)
+    ctx.coordinator.load(storage.load(), ctx.now)
+    settled_members_hold_their_items_once(ctx)
