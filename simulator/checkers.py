@@ -41,6 +41,11 @@ def check_safety(sim: Simulation) -> None:
         group = node.core.state.groups.get(GROUP)
         if group is not None:
             _check_coordinator(sim, group, running)
+            if group.unsettled != group.count_unsettled():
+                # The group's state (Stable or Reconciling) reads this count, which replay keeps.
+                raise Violation(
+                    "d-recovery", f"{group.unsettled} members counted unsettled, {group.count_unsettled()} are"
+                )
 
 
 def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWorker]) -> None:

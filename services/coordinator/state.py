@@ -157,6 +157,9 @@ class Group:
     # The members' assignor lists (names and version ranges) with how many members have each:
     # assignor selection reads this, not every member (a join costs the same at 10 and 10,000).
     assignor_lists: dict[AssignorKey, int] = field(default_factory=dict)
+    # How many members are not reconciled with the target (not at the assignment epoch, or not
+    # Stable): `state()` reads this, not every member (a heartbeat costs the same at 10 and 10,000).
+    unsettled: int = 0
     # Volatile: the assignment process (the computation in flight, failures, last error).
     process: AssignmentProcessState = field(default_factory=AssignmentProcessState)
     # Volatile: the last assignment epoch a `group_stable` event was written for.
@@ -193,10 +196,15 @@ class Group:
             return EMPTY_GROUP
         if self.epoch > self.assignment_epoch:
             return ASSIGNING
-        for m in self.members.values():
-            if m.current.member_epoch != self.assignment_epoch or m.current.state != MemberState.STABLE:
-                return RECONCILING
-        return STABLE
+        return RECONCILING if self.unsettled else STABLE
+
+    def settled(self, current: CurrentAssignmentValue) -> bool:
+        """Whether a member with this assignment is reconciled with the group's target."""
+        return current.member_epoch == self.target.assignment_epoch and current.state == MemberState.STABLE
+
+    def count_unsettled(self) -> int:
+        """`unsettled` counted from every member (replay keeps it; checks compare the two)."""
+        return sum(1 for m in self.members.values() if not self.settled(m.current))
 
     def pending_of(self, member: Member) -> Items:
         """Target items the member waits for: at its target epoch but still owned by someone else."""
@@ -240,12 +248,14 @@ class CoordinatorState:
             if member is not None:
                 self._set_owned(group, mid, member.owned, EMPTY)
                 _count_assignors(group, member.meta, -1)
+                group.unsettled -= not group.settled(member.current)
                 del group.members[mid]
                 if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
                     del group.static_members[member.meta.instance_id]
             return
         if member is None:
-            group.members[mid] = Member(mid, meta)
+            member = group.members[mid] = Member(mid, meta)
+            group.unsettled += not group.settled(member.current)
         else:
             if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
                 group.static_members.pop(member.meta.instance_id, None)
@@ -267,6 +277,7 @@ class CoordinatorState:
         if target is not None and new.assigned is not target.items and new.assigned == target.items:
             new = replace(new, assigned=target.items)  # a settled member's items held once (after a load)
         self._set_owned(group, mid, member.owned, new.assigned | new.revoking)
+        group.unsettled += group.settled(member.current) - group.settled(new)
         member.current = new
         if new.request_sequence > member.last_request_sequence:
             member.last_request_sequence = new.request_sequence
@@ -291,7 +302,9 @@ class CoordinatorState:
                 member.current = replace(member.current, assigned=r.value.items)  # held once
 
     def _target_metadata(self, r: TargetMetadata) -> None:
-        self._group(r.group_id).target = r.value if r.value is not None else TargetMetadataValue(assignment_epoch=0)
+        group = self._group(r.group_id)
+        group.target = r.value if r.value is not None else TargetMetadataValue(assignment_epoch=0)
+        group.unsettled = group.count_unsettled()  # the assignment epoch may have moved: once per target
 
     def _held_assignment(self, r: HeldAssignment) -> None:
         group, mid = self._group(r.group_id), r.member_id
@@ -381,6 +394,7 @@ DURABLE_PARTS = (
     "owner",
     "target_owner",
     "assignor_lists",
+    "unsettled",
 )
 
 
@@ -401,6 +415,7 @@ def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
             dict(g.owner),
             dict(g.target_owner),
             dict(g.assignor_lists),
+            g.unsettled,
         )
     return out
 

@@ -309,6 +309,8 @@ class Context:
         for r in compact(self.log):
             fresh.replay(r)
         assert durable_view(fresh) == durable_view(self.coordinator.state)
+        for state in (fresh, self.coordinator.state):  # the counted index against a count of every member
+            assert all(g.unsettled == g.count_unsettled() for g in state.groups.values())
 
 
 def heartbeat_request(
