@@ -7,6 +7,11 @@ once into a SQLite file (--source, reused when it already holds enough events); 
 first N events of it, copied into a fresh SQLite file and (with --postgres) a fresh PostgreSQL
 database on a throwaway local server.
 
+Past the source's size (`--copies K`): the source's groups K times over, each copy's group ids
+suffixed (`<group>#<k>`), merged in time order -- K times the groups over the same hours, each group's
+events exactly those the real coordinator wrote for it (the coordinator's groups are independent, so
+this is what K times the groups would give with repeated seeds). Built once next to the source.
+
     .venv/bin/python bench/metrics_bench.py [--source /tmp/metrics-bench/source.db] [--sizes 500000,1000000]
                                             [--postgres] [--no-oracle]
 """
@@ -61,6 +66,29 @@ def ensure_source(path: Path, events: int, processes: int = 2) -> None:
     )
 
 
+def replicate(source: Path, copies: int) -> Path:
+    """The source's groups `copies` times over (group ids suffixed `#k`), merged in time order."""
+    target = source.with_name(f"{source.stem}-x{copies}.db")
+    if target.exists():
+        return target
+    partial = target.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    with Storage(f"sqlite:///{partial}"):
+        pass  # migrated, empty
+    cols = COLUMNS.replace("id, ", "", 1)
+    with sqlite3.connect(partial) as c:
+        c.execute("ATTACH DATABASE ? AS src", (str(source),))
+        c.execute("CREATE TEMP TABLE k (k INTEGER)")
+        c.executemany("INSERT INTO k VALUES (?)", [(k,) for k in range(copies)])
+        c.execute(
+            f"INSERT INTO rebalance_events ({cols}) SELECT "
+            + cols.replace("group_id", "group_id || '#' || k.k", 1)
+            + " FROM src.rebalance_events CROSS JOIN k ORDER BY time_ms, k.k, id"
+        )
+    partial.rename(target)
+    return target
+
+
 def copy_sqlite(source: Path, target: Path, n: int) -> str:
     url = f"sqlite:///{target}"
     with Storage(url):
@@ -107,9 +135,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-oracle", action="store_true")
     ap.add_argument("--driver-memory", default="4g", help="spark.driver.memory (local mode: the executors too)")
     ap.add_argument("--processes", type=int, default=2, help="generator processes, when --source is made")
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="measure over the source's groups this many times over (group ids suffixed), see above",
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.source.parent.mkdir(parents=True, exist_ok=True)
+    if args.copies > 1:
+        if not args.source.exists():
+            ap.error("--copies: --source must exist (generate it first)")
+        args.source = replicate(args.source, args.copies)
+        with sqlite3.connect(args.source) as c:
+            have = c.execute("SELECT COUNT(*) FROM rebalance_events").fetchone()[0]
+        if have < max(sizes):
+            ap.error(f"--copies {args.copies}: {have:,} events, fewer than {max(sizes):,}")
     ensure_source(args.source, max(sizes), args.processes)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
