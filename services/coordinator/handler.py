@@ -146,41 +146,58 @@ class CoreBase:
 
     def _nudge_waiting(self, sink: Sink, group: Group, released: Items) -> None:
         """`released` are free now: nudge the members whose target has them and who wait for them
-        (UnreleasedItems). O(released items), whatever the group's size."""
+        (UnreleasedItems, or not yet at the target's epoch: an install does not nudge a member all
+        of whose new items are still owned by others -- see `_nudge_target`). O(released items),
+        whatever the group's size."""
         waiting: dict[str, None] = {}
+        epoch = group.assignment_epoch
         for key in released.item_keys():
             mid = group.target_owner.get(key)
             if mid is not None and mid not in waiting:
                 m = group.members.get(mid)
-                if m is not None and m.current.state == MemberState.UNRELEASED_ITEMS:
+                if m is not None and (
+                    m.current.state == MemberState.UNRELEASED_ITEMS or 0 <= m.current.member_epoch < epoch
+                ):
                     waiting[mid] = None
         sink.nudge(group.group_id, waiting, NUDGE_RELEASED)
 
     # ---- steps one part calls in another ----------------------------------------------------------
 
     def _nudge_target(self, sink: Sink, group: Group) -> None:
-        """A new target is installed: nudge the members with work now (items to revoke or to receive),
-        the others once those are done (`_nudge_epoch_laggards`). O(items) -- as the install itself."""
+        """A new target is installed. Nudged now: the members with something to do at once -- items
+        to revoke (the critical path: what they release, others wait for), or items to receive that
+        are free. Nudged when their items are released (`_nudge_waiting`): members all of whose new
+        items someone else still owns (a heartbeat now would only tell them to wait). Nudged once all
+        that work is done (`_nudge_epoch_laggards`): members whose work does not change, to the new
+        epoch. O(items) -- as the install itself."""
         proc = group.process
-        work = [
-            mid
-            for mid, m in group.members.items()
-            if m.current.state != MemberState.STABLE or group.target_of(mid) != m.current.assigned
-        ]
-        if work and len(work) < len(group.members):
-            sink.nudge(group.group_id, work, NUDGE_TARGET)
-            proc.awaiting_work = set(work)
-            proc.epoch_nudge_due = True
-        else:
-            sink.nudge(group.group_id, group.members, NUDGE_TARGET)
+        work: list[str] = []
+        now: list[str] = []
+        for mid, m in group.members.items():
+            current, target = m.current, group.target_of(mid)
+            if current.state == MemberState.STABLE and target == current.assigned:
+                continue
+            work.append(mid)
+            wanted = target - current.assigned
+            if (
+                current.state != MemberState.STABLE
+                or not current.assigned.issubset(target)
+                or not wanted
+                or any(group.is_free_for(mid, key) for key in wanted.item_keys())
+            ):
+                now.append(mid)
+        if not work:
+            sink.nudge(group.group_id, group.members, NUDGE_TARGET)  # only the epoch moves, for everyone
             proc.awaiting_work.clear()
             proc.epoch_nudge_due = False
+            return
+        sink.nudge(group.group_id, now, NUDGE_TARGET)
+        proc.awaiting_work = set(work)
+        proc.epoch_nudge_due = len(work) < len(group.members)
 
     def _work_done(self, group: Group, member_id: str) -> None:
         """The member reconciled with the installed target, or left the group."""
-        proc = group.process
-        if proc.epoch_nudge_due:
-            proc.awaiting_work.discard(member_id)
+        group.process.awaiting_work.discard(member_id)
 
     def _nudge_epoch_laggards(self, sink: Sink, group: Group) -> None:
         """Every member with work is done: nudge the rest to the assignment epoch (the group is Stable

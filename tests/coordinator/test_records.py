@@ -261,7 +261,7 @@ def test_service_mode_returns_the_assignor_job_as_an_effect_not_a_queue() -> Non
 # ---- push nudges (SPEC §11): returned as effects, never to the member whose request it is ----------
 
 
-def test_a_join_nudges_the_executor_to_compute_and_an_install_nudges_every_other_member() -> None:
+def test_a_join_nudges_the_executor_to_compute_and_the_waiting_member_is_nudged_once_its_items_are_free() -> None:
     ctx = Context()
     ctx.put_connector("A", 2)
     ctx.join()
@@ -278,7 +278,15 @@ def test_a_join_nudges_the_executor_to_compute_and_an_install_nudges_every_other
     items("AT1").to_proto(req.members.add(member_id="m2").connectors_and_tasks)
     installed = ctx.coordinator.install_assignment(req, ctx.now)
     ctx._apply(installed)
-    assert installed.effects == [Nudge(G, ("m2",), NUDGE_TARGET)]  # the installer heartbeats on its own
+    # The installer heartbeats on its own; m2's only new item is m1's until m1 revokes it: a nudge
+    # now would only tell m2 to wait.
+    assert installed.effects == []
+    heartbeat(ctx, "m1")  # revocation of AT1 requested
+    ack = heartbeat(ctx, "m1", owned=items("AC0", "AT0"))
+    assert ctx.group(G).members["m2"].member_epoch < ctx.group(G).assignment_epoch
+    assert ack.effects == [Nudge(G, ("m2",), NUDGE_RELEASED)]  # not yet at the new epoch: nudged anyway
+    heartbeat(ctx, "m2")
+    assert ctx.group(G).members["m2"].current.assigned == items("AT1")
 
 
 def test_an_acknowledged_revocation_nudges_the_member_waiting_for_the_items() -> None:
@@ -293,9 +301,9 @@ def test_an_acknowledged_revocation_nudges_the_member_waiting_for_the_items() ->
 
 
 def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_work_is_done() -> None:
-    """One join that moves one task: the member giving it up and the newcomer are nudged at the
-    install; the members whose work did not change only once the task runs at the newcomer, so
-    their heartbeats do not queue in front of the ones that move work."""
+    """One join that moves one task: the member giving it up is nudged at the install, the newcomer
+    when the task is released, the members whose work did not change only once the task runs at
+    the newcomer -- so their heartbeats do not queue in front of the ones that move work."""
     ctx = Context()
     ctx.put_connector("A", 3)
     for _ in range(3):
@@ -313,11 +321,11 @@ def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_
         {"m1": items("AC0"), "m2": items("AT1"), "m3": items("AT2"), "m4": items("AT0")},
         group_epoch=prep.group_epoch,
     )
-    # m1 gives AT0 up, m4 receives it (the installer is answered directly, never nudged).
-    assert ctx.nudges == [Nudge(G, tuple(m for m in ("m1", "m4") if m != executor), NUDGE_TARGET)]
+    # m1 gives AT0 up: nudged now (the installer is answered directly, never nudged). m4's only new
+    # item is m1's until then: nudged when it is released, not before.
+    assert ctx.nudges == ([Nudge(G, ("m1",), NUDGE_TARGET)] if executor != "m1" else [])
     ctx.nudges.clear()
     heartbeat(ctx, "m1")  # revocation of AT0 requested
-    heartbeat(ctx, "m4")  # waits for AT0
     assert ctx.nudges == []
     heartbeat(ctx, "m1", owned=items("AC0"))  # acknowledged
     assert ctx.nudges == [Nudge(G, ("m4",), NUDGE_RELEASED)]
