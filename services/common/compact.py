@@ -164,15 +164,7 @@ def _task_id_maker() -> partial[TaskId]:
     return _make_task_id
 
 
-_task_connector = attrgetter("connector")
-_task_number = attrgetter("task")
-# Connector names are interned: a group's 100,000 tasks then share their connectors' name objects
-# (protobuf hands out a new string per field read), in every set and index that holds them.
-_intern = sys.intern
-
-
-def _task_pairs(tasks: Iterable[common_pb2.ConnectorTaskId]) -> Iterator[tuple[str, int]]:
-    return zip(map(_intern, map(_task_connector, tasks)), map(_task_number, tasks), strict=True)
+_task_fields = attrgetter("connector", "task")
 
 
 def _items_module() -> Any:
@@ -183,12 +175,12 @@ def iter_tasks(msg: common_pb2.ConnectorsAndTasks) -> Iterator[TaskId]:
     """Every task ``msg`` lists, ``tasks`` first, then each range expanded (overlaps repeat); an
     iterator of C-level maps (no Python frame per task). Only for a message ``check_ranges`` accepted."""
     make = _task_id_maker()
-    parts: list[Iterable[TaskId]] = [map(make, _task_pairs(msg.tasks))]
+    parts: list[Iterable[TaskId]] = [map(make, map(_task_fields, msg.tasks))]
     counts = msg.task_range_counts
     if max(counts, default=1) == 1:  # the common case: every range a single task
-        parts.append(map(make, zip(map(_intern, msg.task_range_connectors), msg.task_range_firsts, strict=True)))
+        parts.append(map(make, zip(msg.task_range_connectors, msg.task_range_firsts, strict=True)))
     else:
-        for c, first, count in zip(map(_intern, msg.task_range_connectors), msg.task_range_firsts, counts, strict=True):
+        for c, first, count in zip(msg.task_range_connectors, msg.task_range_firsts, counts, strict=True):
             parts.append(map(make, zip(repeat(c, count), range(first, first + count), strict=True)))
     return chain.from_iterable(parts)
 
@@ -207,8 +199,8 @@ def decode(
         if not msg.connectors and not msg.tasks:
             return _items_module().EMPTY
         return _items_module().Items(
-            frozenset(map(_intern, msg.connectors)), frozenset(map(_task_id_maker(), _task_pairs(msg.tasks)))
+            frozenset(msg.connectors), frozenset(map(_task_id_maker(), map(_task_fields, msg.tasks)))
         )
     if not checked:
         check_ranges(msg, field, max_items=max_items, max_tasks_per_connector=max_tasks_per_connector)
-    return _items_module().Items(frozenset(map(_intern, msg.connectors)), frozenset(iter_tasks(msg)))
+    return _items_module().Items(frozenset(msg.connectors), frozenset(iter_tasks(msg)))

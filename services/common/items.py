@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from connect.coordinator.v1 import common_pb2
@@ -17,6 +19,11 @@ class TaskId(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.connector}-{self.task}"
+
+
+_make_task_id = partial(tuple.__new__, TaskId)  # TaskId((c, t)) without the Python-level __new__
+_task_connector = itemgetter(0)
+_task_number = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,19 @@ class Items:
         return Items(
             frozenset(map(intern, data.get("connectors", ()))),
             frozenset(TaskId(intern(c), int(t)) for c, t in data.get("tasks", ())),
+        )
+
+    def interned(self) -> Items:
+        """The same items, each connector name one object (`sys.intern`), for sets held long: a
+        group's 100,000 tasks then share their connectors' names. Two C-level passes, no Python
+        step per task."""
+        intern = sys.intern
+        tasks = self.tasks
+        return Items(
+            frozenset(map(intern, self.connectors)),
+            frozenset(
+                map(_make_task_id, zip(map(intern, map(_task_connector, tasks)), map(_task_number, tasks), strict=True))
+            ),
         )
 
     def __bool__(self) -> bool:

@@ -162,4 +162,6 @@ def validate_result(
 
 
 def target_items(mt: common_pb2.MemberTarget) -> Items:
-    return Items.from_proto(mt.connectors_and_tasks)
+    """A member's installed target, held for as long as the target stands: connector names
+    interned (protobuf makes a new string per field read; see `Items.interned`)."""
+    return Items.from_proto(mt.connectors_and_tasks).interned()
