@@ -22,10 +22,8 @@ import asyncio
 import collections
 import json
 import logging
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +40,9 @@ sys.path.insert(0, str(REPO / "proto"))
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items, all_items  # noqa: E402
 from worker_sdk import ConnectWorkerClient, MemberState  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from _coordinator import Coordinator  # noqa: E402
 
 GROUP = "bench"
 
@@ -68,44 +69,16 @@ class BenchWorker:
         self.running -= items
 
 
-class Coordinator:
-    def __init__(self, workdir: Path, interval_ms: int, session_ms: int) -> None:
-        cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
-        cmd += [
-            "--metrics-listen",
-            "",
-            "--database",
-            f"sqlite:///{workdir / 'coordinator.db'}",
-            "--log-level",
-            "WARNING",
-        ]
-        for s in (
+def start_coordinator(workdir: Path, interval_ms: int, session_ms: int) -> Coordinator:
+    return Coordinator(
+        workdir,
+        (
             "group.connect.min.session.timeout.ms=1000",
             f"group.connect.session.timeout.ms={session_ms}",
             "group.connect.min.heartbeat.interval.ms=100",
             f"group.connect.heartbeat.interval.ms={interval_ms}",
-        ):
-            cmd += ["--set", s]
-        self.log = open(workdir / "coordinator.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if "listening on" not in line:
-            raise RuntimeError(f"coordinator did not start: {line!r}")
-        self.address = line.rsplit(" ", 1)[1].strip()
-
-    def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
+        ),
+    )
 
 
 class Fleet:
@@ -300,7 +273,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="convergence-") as tmp:
         d1 = Path(tmp) / "join"
         d1.mkdir()
-        coord = Coordinator(d1, args.interval_ms, session_ms=10_000)
+        coord = start_coordinator(d1, args.interval_ms, session_ms=10_000)
         try:
             results["one_joins"] = asyncio.run(
                 one_joins(coord.address, args.workers, connectors, tasks_each, args.joins, args.interval_ms)
@@ -309,7 +282,7 @@ def main() -> int:
             coord.stop()
         d2 = Path(tmp) / "all"
         d2.mkdir()
-        coord = Coordinator(d2, args.big_interval_ms, session_ms=15_000)
+        coord = start_coordinator(d2, args.big_interval_ms, session_ms=15_000)
         try:
             results["all_join"] = asyncio.run(
                 all_join(coord.address, args.big_workers, connectors, tasks_each, args.big_interval_ms, coord)
@@ -349,7 +322,7 @@ def push_compare(args: argparse.Namespace, connectors: int, tasks_each: int) -> 
             name = "push" if push else "paced"
             d = Path(tmp) / f"join-{name}"
             d.mkdir()
-            coord = Coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
+            coord = start_coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
             try:
                 results[f"one_joins_{name}"] = asyncio.run(
                     one_joins(coord.address, args.workers, connectors, tasks_each, args.joins, args.interval_ms, push)
@@ -358,7 +331,7 @@ def push_compare(args: argparse.Namespace, connectors: int, tasks_each: int) -> 
                 coord.stop()
             d = Path(tmp) / f"all-{name}"
             d.mkdir()
-            coord = Coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
+            coord = start_coordinator(d, args.interval_ms, session_ms=max(20_000, 3 * args.interval_ms))
             try:
                 results[f"all_join_{name}"] = asyncio.run(
                     all_join(coord.address, args.big_workers, connectors, tasks_each, args.interval_ms, coord, push)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,10 @@ from connect.coordinator.v1 import (  # noqa: E402
 )
 from connect.coordinator.v1.common_pb2 import ErrorCode  # noqa: E402
 from services import assignor  # noqa: E402
-from worker_sdk._assign_flow import assign_request  # noqa: E402
+from worker_sdk import assign_request  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from _coordinator import Coordinator  # noqa: E402
 
 GROUP = "big"
 ASSIGNORS = common_pb2.ClientAssignors(
@@ -48,47 +50,16 @@ ASSIGNORS = common_pb2.ClientAssignors(
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
 
-def status(pid: int, key: str) -> float:
-    """A /proc/<pid>/status size in MB (VmRSS: now; VmHWM: the peak)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class Coordinator:
-    def __init__(self, workdir: Path) -> None:
-        cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
-        cmd += ["--metrics-listen", "", "--database", f"sqlite:///{workdir / 'c.db'}", "--log-level", "WARNING"]
-        for s in (
-            # Sessions long enough that no member expires while 10,000 join one after the other.
+def start_coordinator(workdir: Path) -> Coordinator:
+    # Sessions long enough that no member expires while 10,000 join one after the other.
+    return Coordinator(
+        workdir,
+        (
             "group.connect.max.session.timeout.ms=900000",
             "group.connect.session.timeout.ms=600000",
             "group.connect.heartbeat.interval.ms=15000",
-        ):
-            cmd += ["--set", s]
-        self.log = open(workdir / "coordinator.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if "listening on" not in line:
-            raise RuntimeError(f"coordinator did not start: {line!r} (see {workdir / 'coordinator.log'})")
-        self.address = line.rsplit(" ", 1)[1].strip()
-
-    def rss(self) -> float:
-        return status(self.proc.pid, "VmRSS")
-
-    def peak(self) -> float:
-        return status(self.proc.pid, "VmHWM")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.close()
+        ),
+    )
 
 
 def heartbeat(
@@ -112,7 +83,7 @@ async def run(
     channels = [grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) for _ in range(4)]
     stubs = [coordinator_pb2_grpc.ConnectGroupCoordinatorStub(ch) for ch in channels]
     admin = admin_pb2_grpc.ConnectGroupAdminStub(channels[0])
-    out: dict[str, Any] = {"members": members, "tasks": tasks, "rss_start_mb": coord.rss()}
+    out: dict[str, Any] = {"members": members, "tasks": tasks, "rss_start_mb": coord.rss_mb()}
     connectors = 100
     for c in range(connectors):
         r = await admin.PutConnector(
@@ -149,7 +120,7 @@ async def run(
         end = ends[k - 1]
         slices.append({"members": k, "ms_per_join": (end - prev) * 1000 / slice_})
         prev = end
-    out.update(joins_s=joined_s, slices=slices, rss_after_joins_mb=coord.rss())
+    out.update(joins_s=joined_s, slices=slices, rss_after_joins_mb=coord.rss_mb())
 
     # The assignment, once: the executor the coordinator chose (the first joiner) computes it.
     assert executor, "no member was asked to compute the assignment"
@@ -203,7 +174,7 @@ async def run(
     state = d.groups[0].group_state
     assert state == "Stable", state
     assert sum(got) == tasks + connectors, (sum(got), tasks + connectors)
-    out.update(rss_stable_mb=coord.rss(), rss_peak_mb=coord.peak(), total_s=time.monotonic() - t0)
+    out.update(rss_stable_mb=coord.rss_mb(), rss_peak_mb=coord.peak_rss_mb(), total_s=time.monotonic() - t0)
     for ch in channels:
         await ch.close(None)
     return out
@@ -218,7 +189,7 @@ def main() -> int:
     p.add_argument("--out", default=str(REPO / "bench" / "out" / "group_scale.json"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="group-scale-") as tmp:
-        coord = Coordinator(Path(tmp))
+        coord = start_coordinator(Path(tmp))
         try:
             r = asyncio.run(run(coord.address, coord, args.members, args.tasks, args.in_flight, args.slice))
         finally:

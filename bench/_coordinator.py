@@ -1,0 +1,55 @@
+"""A `connect-coordinator serve` subprocess for the benches (SQLite in a work folder, no metrics
+port, warnings only in `coordinator.log`): its address, CPU time and memory, stopped gracefully."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Coordinator:
+    def __init__(self, workdir: Path, settings: Iterable[str] = ()) -> None:
+        cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
+        cmd += ["--metrics-listen", "", "--database", f"sqlite:///{workdir / 'coordinator.db'}"]
+        cmd += ["--log-level", "WARNING"]
+        for s in settings:
+            cmd += ["--set", s]
+        self.log = open(workdir / "coordinator.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if "listening on" not in line:
+            raise RuntimeError(f"coordinator did not start: {line!r} (see {workdir / 'coordinator.log'})")
+        self.address = line.rsplit(" ", 1)[1].strip()
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _status_mb(self, key: str) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def rss_mb(self) -> float:
+        """Resident set size now."""
+        return self._status_mb("VmRSS")
+
+    def peak_rss_mb(self) -> float:
+        """The largest resident set size so far."""
+        return self._status_mb("VmHWM")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
