@@ -26,6 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# Workers are started with subprocess while the stack's grpc channels are busy: grpc's fork support
+# would restart its poller in the child before exec, where it can die on a closed epoll fd
+# (grpc/grpc#43055). Nothing here forks without exec: turn it off before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import grpc
 
 ROOT = Path(__file__).resolve().parents[1]
