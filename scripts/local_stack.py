@@ -124,6 +124,21 @@ class Proc:
             return self.proc.wait(5)
 
 
+def exit_reasons(exits: dict[str, tuple[int, Path]]) -> list[str]:
+    """Workers whose process is gone: how it ended and where its log is. A worker that dies as it
+    starts would otherwise only show as "(not a member)"."""
+    lines = []
+    for name, (code, log) in sorted(exits.items()):
+        how = f"exit status {code}"
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        lines.append(f"  {name}: its process ended ({how}); see {log}")
+    return lines
+
+
 def worker_reasons(g: admin_pb2.DescribedGroup, statuses: dict[str, dict[str, Any]], now_ms: int) -> list[str]:
     """The live view's reasons: the coordinator's (as `connect-groups describe` shows them), named
     by worker, and what each worker's own last error says."""
@@ -293,6 +308,9 @@ class Stack:
                     f"{m.member_id:<38} {name:<10} {m.member_epoch:>5}  {m.member_state:<16} {runs:<40} {Items.from_proto(m.pending)}"
                 )
         why = worker_reasons(g, statuses, int(time.time() * 1000))
+        why += exit_reasons(
+            {name: (p.proc.returncode, p.log_path) for name, p in self.workers.items() if p.proc.poll() is not None}
+        )
         if why:
             lines += ["", "WHY", *why]
         lines.append("")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from connect.coordinator.v1 import admin_pb2
@@ -60,3 +61,18 @@ def test_the_live_view_names_a_worker_waiting_for_its_previous_incarnation() -> 
         for line in lines
     ), lines
     assert not any("worker-2" in line for line in lines)
+
+
+def test_the_live_view_says_when_a_worker_process_ended_and_where_its_log_is() -> None:
+    lines = local_stack().exit_reasons(
+        {
+            "worker-3": (-6, Path("/run/worker-3.log")),
+            "worker-2": (-9, Path("/run/worker-2.log")),
+            "worker-5": (2, Path("/run/worker-5.log")),
+        }
+    )
+    assert lines == [
+        "  worker-2: its process ended (killed by SIGKILL); see /run/worker-2.log",
+        "  worker-3: its process ended (killed by SIGABRT); see /run/worker-3.log",
+        "  worker-5: its process ended (exit status 2); see /run/worker-5.log",
+    ]
