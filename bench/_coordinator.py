@@ -1,5 +1,7 @@
 """A `connect-coordinator serve` subprocess for the benches (SQLite in a work folder, no metrics
-port, warnings only in `coordinator.log`): its address, CPU time and memory, stopped gracefully."""
+port, warnings only in `coordinator.log`): its address, CPU time and memory, stopped gracefully.
+The schema is migrated first by `connect-coordinator migrate` and served with `--no-migrate`, as the
+Helm chart deploys it (a hook Job migrates): the serving process never imports alembic."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 class Coordinator:
     def __init__(self, workdir: Path, settings: Iterable[str] = ()) -> None:
-        cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
-        cmd += ["--metrics-listen", "", "--database", f"sqlite:///{workdir / 'coordinator.db'}"]
+        database = f"sqlite:///{workdir / 'coordinator.db'}"
+        cli = [sys.executable, "-m", "services.coordinator.cli"]
+        subprocess.run([*cli, "migrate", "--database", database, "--log-level", "WARNING"], cwd=REPO, check=True)
+        cmd = [*cli, "serve", "--no-migrate", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--database", database]
         cmd += ["--log-level", "WARNING"]
         for s in settings:
             cmd += ["--set", s]

@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,7 +31,7 @@ from services.common.items import Items
 from services.coordinator.records import CurrentAssignment, CurrentAssignmentValue, MemberState
 from services.storage import Storage
 from services.storage.codec import items_json
-from services.storage.models import MemberAssignmentRow
+from services.storage.models import MEMBER_ASSIGNMENTS_TABLE
 
 
 def make_records(n: int, epoch: int = 1) -> list[CurrentAssignment]:
@@ -54,6 +55,19 @@ def make_records(n: int, epoch: int = 1) -> list[CurrentAssignment]:
 def batched(storage: Storage, records: list[CurrentAssignment], batch_size: int) -> None:
     for i in range(0, len(records), batch_size):
         storage.write(records[i : i + batch_size])
+
+
+class MemberAssignmentRow:
+    """An ORM class over the Core table, for the naive baseline only (the storage maps no classes)."""
+
+    def __init__(self, **columns: Any) -> None:
+        for name, value in columns.items():
+            setattr(self, name, value)
+
+
+registry().map_imperatively(
+    MemberAssignmentRow, MEMBER_ASSIGNMENTS_TABLE, properties={"metadata_": MEMBER_ASSIGNMENTS_TABLE.c.metadata}
+)
 
 
 def naive_orm(storage: Storage, records: list[CurrentAssignment], commit_each: bool) -> None:

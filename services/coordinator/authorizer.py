@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 log = logging.getLogger("connect.coordinator.authorizer")
 
 READ, DESCRIBE, ALTER, DELETE, ALL = "Read", "Describe", "Alter", "Delete", "All"
@@ -136,6 +134,8 @@ def _choice(entry: dict[str, Any], key: str, allowed: tuple[str, ...], default: 
 
 
 def parse_acls(text: str, source: str) -> AclRules:
+    import yaml  # here: a coordinator without an ACL file never loads it
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -288,13 +288,12 @@ def event_from_row(row: Sequence[Any]) -> tuple[int, RebalanceEvent]:
 
 
 def _codec(
-    model: type[models.Base],
+    table: Table,
     key: Callable[[Any], tuple[Any, ...]],
     is_tombstone: Callable[[Any], bool],
     to_params: Callable[[Any], Params],
     from_row: Callable[[Sequence[Any]], Record],
 ) -> TableCodec:
-    table = models.table_of(model)
     return TableCodec(
         table=table,
         key_columns=tuple(c.name for c in table.primary_key.columns),
@@ -309,40 +308,44 @@ def _codec(
 # configuration and inputs, then the target, then the members' current and held work.
 CODECS: dict[type, TableCodec] = {
     GroupMetadata: _codec(
-        models.GroupRow, lambda r: (r.group_id,), lambda r: r.value is None, _group_params, _group_row
+        models.GROUPS_TABLE, lambda r: (r.group_id,), lambda r: r.value is None, _group_params, _group_row
     ),
     GroupConfig: _codec(
-        models.GroupConfigRow, lambda r: (r.group_id, r.name), lambda r: r.value is None, _config_params, _config_row
+        models.CONFIGS_TABLE, lambda r: (r.group_id, r.name), lambda r: r.value is None, _config_params, _config_row
     ),
     ConnectorRecord: _codec(
-        models.GroupConnectorRow,
+        models.CONNECTORS_TABLE,
         lambda r: (r.group_id, r.connector),
         lambda r: r.task_count is None,
         _connector_params,
         _connector_row,
     ),
     MemberMetadata: _codec(
-        models.MemberRow, lambda r: (r.group_id, r.member_id), lambda r: r.value is None, _member_params, _member_row
+        models.MEMBERS_TABLE,
+        lambda r: (r.group_id, r.member_id),
+        lambda r: r.value is None,
+        _member_params,
+        _member_row,
     ),
     TargetMember: _codec(
-        models.TargetAssignmentMemberRow,
+        models.TARGET_MEMBERS_TABLE,
         lambda r: (r.group_id, r.member_id),
         lambda r: r.value is None,
         _target_member_params,
         _target_member_row,
     ),
     TargetMetadata: _codec(
-        models.TargetAssignmentRow, lambda r: (r.group_id,), lambda r: r.value is None, _target_params, _target_row
+        models.TARGETS_TABLE, lambda r: (r.group_id,), lambda r: r.value is None, _target_params, _target_row
     ),
     CurrentAssignment: _codec(
-        models.MemberAssignmentRow,
+        models.MEMBER_ASSIGNMENTS_TABLE,
         lambda r: (r.group_id, r.member_id),
         lambda r: r.value is None,
         _assignment_params,
         _assignment_row,
     ),
     HeldAssignment: _codec(
-        models.HeldAssignmentRow,
+        models.HELD_TABLE,
         lambda r: (r.group_id, r.member_id),
         lambda r: r.items is None,
         _held_params,

@@ -28,11 +28,11 @@ from sqlalchemy import (
     delete,
     event,
     insert,
+    inspect,
     select,
     text,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -40,12 +40,16 @@ from sqlalchemy.sql.dml import Insert
 
 from services.coordinator.partitions import Outcome, Plan, Scan
 from services.coordinator.records import GroupMetadata, RebalanceEvent, Record, record_key
-from services.storage import leases, migrate, models
+from services.storage import leases, models
 from services.storage.codec import CODECS, Params, TableCodec, event_from_row, event_params
 
 _json_dumps = json.dumps
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+# The newest migration's revision. A database already at it is opened without importing alembic
+# (about 11 MB of a serving coordinator's memory); a test checks it against alembic's own head.
+SCHEMA_HEAD = "0004"
 
 # Arbitrary constant identifying "the coordinator schema migration" among advisory locks.
 _MIGRATION_LOCK_KEY = 0x636F6E6E656374  # "connect"
@@ -55,6 +59,14 @@ _PG_PAGE = 1000
 
 # Keys per DELETE ... WHERE (k1, k2) IN (...): well under SQLite's bound-parameter limit (32766).
 _DELETE_CHUNK = 500
+
+
+def schema_revision(conn: Connection) -> str | None:
+    """The revision alembic recorded in the database, read with plain SQL (None: never migrated)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return rows[0] if len(rows) == 1 else None  # several heads: not a revision of ours
 
 
 class StorageError(Exception):
@@ -189,16 +201,18 @@ class Storage:
             # Two processes opening a fresh database at once must not both create the schema:
             # SQLite takes the write lock up front, PostgreSQL an advisory lock for the transaction.
             with self._connect(write=True) as conn, conn.begin():
-                if not migrate_schema:
-                    current, head = migrate.current_revision(conn), migrate.head_revision()
-                    if current != head:
-                        raise StorageError(
-                            f"the schema is at revision {current or 'none'}, this version needs {head}: "
-                            "run `connect-coordinator migrate` first"
-                        )
-                    return
-                if self._dialect == "postgresql":
+                if migrate_schema and self._dialect == "postgresql":
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+                current = schema_revision(conn)
+                if current == SCHEMA_HEAD:
+                    return
+                if not migrate_schema:
+                    raise StorageError(
+                        f"the schema is at revision {current or 'none'}, this version needs {SCHEMA_HEAD}: "
+                        "run `connect-coordinator migrate` first"
+                    )
+                from services.storage import migrate  # alembic: only when there is something to migrate
+
                 migrate.upgrade(conn)
         except StorageError:
             self._engine = None
@@ -362,7 +376,13 @@ class Storage:
         else:
             # INSERT ... ON CONFLICT (key) DO UPDATE SET every value column.
             table = CODECS[record_type].table
-            ins = sqlite.insert(table) if self._dialect == "sqlite" else postgresql.insert(table)
+            # The dialect's own insert, imported here: a coordinator on SQLite never loads
+            # SQLAlchemy's PostgreSQL dialect (2 MB resident).
+            if self._dialect == "sqlite":
+                from sqlalchemy.dialects import sqlite as upsert_dialect
+            else:
+                from sqlalchemy.dialects import postgresql as upsert_dialect  # type: ignore[no-redef]
+            ins = upsert_dialect.insert(table)
             stmt = ins.on_conflict_do_update(
                 index_elements=list(table.primary_key.columns),
                 set_={c.name: ins.excluded[c.name] for c in table.columns if not c.primary_key},
@@ -415,7 +435,7 @@ class Storage:
 
     def group_ids(self) -> list[str]:
         """Every stored group's id."""
-        table = models.table_of(models.GroupRow)
+        table = models.GROUPS_TABLE
         try:
             with self._locked(), self._connect(write=False) as conn, conn.begin():
                 return [gid for (gid,) in conn.execute(select(table.c.group_id))]

@@ -22,13 +22,13 @@ from sqlalchemy import create_engine, text
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.storage.models import Base
+from services.storage.models import metadata
 from tests.fixtures.coordinator import Client, CoordinatorProcess, assignors
 
 COORD = "/connect.coordinator.v1.ConnectGroupCoordinator/"
 ADMIN = "/connect.coordinator.v1.ConnectGroupAdmin/"
 # Every table of the schema keyed by group_id: a bad request must have written to none.
-TABLES = tuple(name for name, table in Base.metadata.tables.items() if "group_id" in table.c)
+TABLES = tuple(name for name, table in metadata.tables.items() if "group_id" in table.c)
 MARK = "\x01\x02"  # replaced in the serialized bytes by an invalid UTF-8 sequence of the same length
 BAD_UTF8 = b"\xc3\x28"
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from services.storage import Storage, migrate
-from services.storage.models import Base
+from services.storage import Storage, StorageError, migrate
+from services.storage.models import metadata
+from services.storage.repository import SCHEMA_HEAD
 
 TABLES = {
     "groups",
@@ -27,7 +32,7 @@ REPLICA_TABLES = {"coordinator_cluster", "coordinator_replicas", "partition_leas
 def test_migrated_schema_matches_models(storage: Storage) -> None:
     with storage.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
-        assert compare_metadata(ctx, Base.metadata) == []
+        assert compare_metadata(ctx, metadata) == []
         assert migrate.current_revision(conn) == migrate.head_revision()
     tables = set(inspect(storage.engine).get_table_names())
     assert tables == TABLES | REPLICA_TABLES | {"alembic_version"}
@@ -65,6 +70,38 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0004_partition_leases.py").is_file()
     assert migrate.head_revision() == "0004"
+    # Opening a current database compares with this constant instead of importing alembic.
+    assert migrate.head_revision() == SCHEMA_HEAD
+
+
+def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_without_migrating(db_url: str) -> None:
+    """`serve` on a database already at the head never imports alembic (its memory stays out of a
+    serving coordinator); `--no-migrate` on one a revision behind names both revisions and leaves it."""
+    Storage(db_url).open()
+    code = (
+        "import sys; from services.storage import Storage; s = Storage(sys.argv[1]); s.open(migrate_schema=False); "
+        "s.close(); print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, db_url], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0003")
+        old = Storage(db_url)
+        with pytest.raises(
+            StorageError, match="at revision 0003, this version needs 0004: run `connect-coordinator migrate`"
+        ):
+            old.open(migrate_schema=False)
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0003"
+        old.open()  # migrating brings it to the head
+        old.close()
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == SCHEMA_HEAD
+    finally:
+        engine.dispose()
 
 
 def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from services.storage.models import Base
+from services.storage.models import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _configure(connection: Connection) -> None:
