@@ -28,6 +28,7 @@ import grpc
 
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, assignor_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.memory import HeapTrimmer
 from services.common.tls import ClientTls, aio_channel
 from services.coordinator.config import MODE_SERVICE
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
@@ -149,6 +150,8 @@ class CoordinatorRuntime:
         # The SQLite file's single-replica lock, when the caller took it already (the CLI does, first).
         self.sqlite_lock: IO[str] | None = None
         self._leases_read: tuple[float, asyncio.Future[Scan]] | None = None
+        # Freed request and record memory goes back to the OS a second after a burst of work.
+        self.heap = HeapTrimmer(lambda delay_s, fn: asyncio.get_running_loop().call_later(delay_s, fn))
 
     @property
     def loaded(self) -> bool:
@@ -175,6 +178,7 @@ class CoordinatorRuntime:
         # the periodic full collections don't rescan it on the request path.
         gc.collect()
         gc.freeze()
+        self.heap.after_work()
         self._tasks.append(asyncio.create_task(self._timers(), name="timers"))
         self._tasks.append(asyncio.create_task(self._loop_monitor(), name="loop-monitor"))
 
@@ -208,6 +212,7 @@ class CoordinatorRuntime:
         # the periodic full collections don't rescan it on the request path.
         gc.collect()
         gc.freeze()
+        self.heap.after_work()  # the rows and their decoding were transient
         log.info(
             "loaded %d groups from storage in %.3fs", len(self.coordinator.state.groups), time.perf_counter() - started
         )
@@ -401,6 +406,9 @@ class CoordinatorRuntime:
         routed = await self._routed(request)
         response = await self._answer(self.machine.read(reader, request))
         self._still_served(routed)
+        # A view of a large group (DescribeGroups at 100,000 tasks) allocates megabytes that are freed
+        # once it is sent: hand them back too, not only after commits.
+        self.heap.after_work()
         return response
 
     async def barrier(self) -> None:
@@ -468,6 +476,7 @@ class CoordinatorRuntime:
                     self.metrics.storage_commit.observe(time.perf_counter() - started)
                     self.metrics.storage_batch_records.observe(len(batch.records))
                     self.machine.committed(batch)
+                    self.heap.after_work()
                 self._pump()
             self._pump()
 
