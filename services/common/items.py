@@ -25,6 +25,13 @@ _make_task_id = partial(tuple.__new__, TaskId)  # TaskId((c, t)) without the Pyt
 _task_connector = itemgetter(0)
 _task_number = itemgetter(1)
 
+# Task numbers held long share one int object each (CPython caches only -5..256; every protobuf or
+# JSON decode makes new ones above that): 28 bytes per task of a group's state otherwise.
+_SHARED_NUMBERS = {n: n for n in range(4096)}
+_shared_number = _SHARED_NUMBERS.get
+# One empty set for every member without connectors (or tasks): `frozenset(empty)` is a new object.
+_NO_NAMES: frozenset[Any] = frozenset()
+
 
 @dataclass(frozen=True, slots=True)
 class Items:
@@ -56,23 +63,36 @@ class Items:
     def from_json(data: dict[str, Any] | None) -> Items:
         if not data:
             return EMPTY
-        intern = sys.intern  # connector names: one object per connector (see compact.decode)
+        intern, number = sys.intern, _shared_number  # one object per connector name and task number
+        connectors, tasks = data.get("connectors", ()), data.get("tasks", ())
         return Items(
-            frozenset(map(intern, data.get("connectors", ()))),
-            frozenset(TaskId(intern(c), int(t)) for c, t in data.get("tasks", ())),
+            frozenset(map(intern, connectors)) if connectors else _NO_NAMES,
+            frozenset(_make_task_id((intern(c), number(t, t) if type(t) is int else int(t))) for c, t in tasks)
+            if tasks
+            else _NO_NAMES,
         )
 
     def interned(self) -> Items:
-        """The same items, each connector name one object (`sys.intern`), for sets held long: a
-        group's 100,000 tasks then share their connectors' names. Two C-level passes, no Python
-        step per task."""
+        """The same items, each connector name and task number one object (`sys.intern`, a table of
+        numbers), and empty sets shared, for sets held long: a group's 100,000 tasks then share
+        their connectors' names. C-level passes, no Python step per task."""
         intern = sys.intern
         tasks = self.tasks
+        numbers = map(_task_number, tasks)
         return Items(
-            frozenset(map(intern, self.connectors)),
+            frozenset(map(intern, self.connectors)) if self.connectors else _NO_NAMES,
             frozenset(
-                map(_make_task_id, zip(map(intern, map(_task_connector, tasks)), map(_task_number, tasks), strict=True))
-            ),
+                map(
+                    _make_task_id,
+                    zip(
+                        map(intern, map(_task_connector, tasks)),
+                        map(_shared_number, numbers, map(_task_number, tasks)),
+                        strict=True,
+                    ),
+                )
+            )
+            if tasks
+            else _NO_NAMES,
         )
 
     def __bool__(self) -> bool:
