@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from services.common.items import EMPTY, Items, TaskId
+from services.common.items import EMPTY, Items
+from services.coordinator.item_index import ItemIndex, ItemKey
 from services.coordinator.records import (
     AssignorSpec,
     ConnectorRecord,
@@ -34,7 +35,6 @@ from services.coordinator.records import (
     TargetMetadataValue,
 )
 
-ItemKey = str | TaskId
 AssignorKey = tuple[tuple[str, int, int], ...]
 
 
@@ -149,10 +149,10 @@ class Group:
     target: TargetMetadataValue = field(default_factory=lambda: TargetMetadataValue(assignment_epoch=0))
     held: dict[str, Items] = field(default_factory=dict)
     # Derived indexes, maintained by replay.
-    owner: dict[ItemKey, str] = field(default_factory=dict)
-    held_owner: dict[ItemKey, str] = field(default_factory=dict)
+    owner: ItemIndex = field(default_factory=ItemIndex)
+    held_owner: ItemIndex = field(default_factory=ItemIndex)
     # Item -> the member the target gives it to (whom to nudge when it is released).
-    target_owner: dict[ItemKey, str] = field(default_factory=dict)
+    target_owner: ItemIndex = field(default_factory=ItemIndex)
     static_members: dict[str, str] = field(default_factory=dict)
     # The members' assignor lists (names and version ranges) with how many members have each:
     # assignor selection reads this, not every member (a join costs the same at 10 and 10,000).
