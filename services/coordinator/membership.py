@@ -33,6 +33,7 @@ from services.coordinator.records import (
     MemberMetadataValue,
     MemberState,
     TargetMember,
+    shared_assignors,
 )
 from services.coordinator.state import (
     NO_ASSIGNMENT,
@@ -45,7 +46,7 @@ from services.coordinator.timers import TimerKey, TimerKind
 
 
 def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec, ...]:
-    return tuple(AssignorSpec.from_proto(a) for a in msg.assignors)
+    return shared_assignors(tuple(AssignorSpec.from_proto(a) for a in msg.assignors))
 
 
 class Membership(CoreBase):
@@ -129,7 +130,8 @@ class Membership(CoreBase):
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
         member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
-        self.timer.schedule(TimerKey(TimerKind.SESSION, gid, mid), member.session_deadline_ms)
+        # The group's own id string (not the request's copy): the timer heap keeps the key.
+        self.timer.schedule(TimerKey(TimerKind.SESSION, group.group_id, mid), member.session_deadline_ms)
         member.last_heartbeat_ms = now
 
         before = member.current

@@ -52,6 +52,23 @@ class AssignorSpec:
         )
 
 
+_SHARED_ASSIGNOR_LISTS: dict[tuple[AssignorSpec, ...], tuple[AssignorSpec, ...]] = {}
+_SHARED_ASSIGNOR_LISTS_MAX = 1024
+
+
+def shared_assignors(specs: tuple[AssignorSpec, ...]) -> tuple[AssignorSpec, ...]:
+    """One object for equal assignor lists: a group's 10,000 workers usually advertise the same
+    list, which its members' metadata then holds once (~150 bytes a member otherwise). Bounded:
+    clients choose the lists, so past the limit the table starts over (equal lists stay equal)."""
+    shared = _SHARED_ASSIGNOR_LISTS.get(specs)
+    if shared is not None:
+        return shared
+    if len(_SHARED_ASSIGNOR_LISTS) >= _SHARED_ASSIGNOR_LISTS_MAX:
+        _SHARED_ASSIGNOR_LISTS.clear()
+    _SHARED_ASSIGNOR_LISTS[specs] = specs
+    return specs
+
+
 # ---- values -------------------------------------------------------------------------------------
 
 

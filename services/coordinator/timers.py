@@ -41,7 +41,9 @@ class Timer:
             return
         self._deadlines[key] = deadline_ms
         heapq.heappush(self._heap, (deadline_ms, next(self._seq), key))
-        if len(self._heap) > 4 * len(self._deadlines) + 1024:
+        # Stale entries (rescheduled keys: every heartbeat moves a session deadline) are dropped once
+        # they outnumber the live ones: at most ~2 entries per timer held, O(1) amortised per schedule.
+        if len(self._heap) > 2 * len(self._deadlines) + 1024:
             self._compact()
 
     def cancel(self, key: TimerKey) -> None:

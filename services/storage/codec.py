@@ -32,6 +32,7 @@ from services.coordinator.records import (
     TargetMemberValue,
     TargetMetadata,
     TargetMetadataValue,
+    shared_assignors,
 )
 from services.storage import models
 
@@ -73,16 +74,18 @@ def assignors_to_json(specs: Sequence[AssignorSpec]) -> list[dict[str, Any]]:
 
 
 def assignors_from_json(data: Sequence[dict[str, Any]]) -> tuple[AssignorSpec, ...]:
-    return tuple(
-        AssignorSpec(
-            name=d["name"],
-            minimum_version=int(d["minimum_version"]),
-            maximum_version=int(d["maximum_version"]),
-            reason=int(d.get("reason", 0)),
-            version=int(d.get("version", 0)),
-            metadata=base64.b64decode(d.get("metadata", "")),
+    return shared_assignors(
+        tuple(
+            AssignorSpec(
+                name=d["name"],
+                minimum_version=int(d["minimum_version"]),
+                maximum_version=int(d["maximum_version"]),
+                reason=int(d.get("reason", 0)),
+                version=int(d.get("version", 0)),
+                metadata=base64.b64decode(d.get("metadata", "")),
+            )
+            for d in data
         )
-        for d in data
     )
 
 
