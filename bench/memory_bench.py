@@ -1,8 +1,9 @@
 """How much memory the coordinator's state takes: one group of 10,000 members running 100,000 tasks,
 and 1,000 groups of 10 members (10 tasks each), every member Stable with its target -- built through
 the real core, the real incremental cooperative assignor (service mode) and replay, in one process.
-Reports the process's resident set size (RSS, from /proc) before and after each build, and the
-Python heap the state holds (tracemalloc is off: it would double the cost), after a full collection.
+Reports the growth of the process's resident set size (RSS, from /proc) over each build after a full
+collection, then after a heap trim (glibc malloc_trim, which the server runs a second after its last
+commit: services.common.memory).
 
     .venv/bin/python bench/memory_bench.py [--members 10000 --tasks 100000] [--groups 1000]
 """
@@ -24,6 +25,7 @@ sys.path.insert(0, str(REPO / "proto"))
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2  # noqa: E402
 from services import assignor  # noqa: E402
+from services.common.memory import trim_heap  # noqa: E402
 from services.coordinator.config import ServerConfig  # noqa: E402
 from services.coordinator.core import GroupCoordinator, ServiceAssignment  # noqa: E402
 
@@ -66,7 +68,7 @@ def fill_group(core: GroupCoordinator, gid: str, members: int, connectors: int, 
     assert core.state.groups[gid].state() == "Stable", core.state.groups[gid].state()
 
 
-def measure(case: str, args: argparse.Namespace) -> tuple[str, float, float, float]:
+def measure(case: str, args: argparse.Namespace) -> tuple[str, float, float, float, float]:
     """One state, built in this (fresh) process: (what, RSS growth MB, seconds, RSS at the end MB)."""
     config = dataclasses.replace(
         ServerConfig(), max_members_per_group=max(args.members, 10_000), max_tasks_per_group=max(args.tasks, 100_000)
@@ -82,7 +84,9 @@ def measure(case: str, args: argparse.Namespace) -> tuple[str, float, float, flo
         for g in range(args.groups):
             fill_group(core, f"g{g:04d}", 10, 1, 10)
     gc.collect()
-    return what, rss_mb() - base, time.perf_counter() - started, rss_mb()
+    grown, secs = rss_mb() - base, time.perf_counter() - started
+    trim_heap()  # what the server does a second after its last commit (services.common.memory)
+    return what, grown, rss_mb() - base, secs, rss_mb()
 
 
 def main() -> int:
@@ -95,13 +99,13 @@ def main() -> int:
     if args.case:
         print(json.dumps(measure(args.case, args)))
         return 0
-    print("| state | RSS growth (MB) | built in (s) | process RSS (MB) |")
-    print("|---|---:|---:|---:|")
+    print("| state | RSS growth (MB) | after a heap trim (MB) | built in (s) | process RSS, trimmed (MB) |")
+    print("|---|---:|---:|---:|---:|")
     for case in ("big", "many"):
         cmd = [sys.executable, __file__, "--case", case, "--members", str(args.members), "--tasks", str(args.tasks)]
         out = subprocess.run([*cmd, "--groups", str(args.groups)], capture_output=True, text=True, check=True)
-        what, mb, secs, total = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {what} | {mb:.1f} | {secs:.1f} | {total:.1f} |")
+        what, mb, trimmed, secs, total = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {what} | {mb:.1f} | {trimmed:.1f} | {secs:.1f} | {total:.1f} |")
     return 0
 
 
