@@ -93,22 +93,10 @@ def setup_group(address: str, members: int, creds: grpc.ChannelCredentials | Non
         admin.PutConnector(
             admin_pb2.PutConnectorRequest(group_id="bench", connector=f"c{i}", task_count=tasks_per_connector)
         )
-    assignors = common_pb2.ClientAssignors(
-        assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)]
-    )
     ids: list[str] = []
     epochs: dict[str, int] = {}
     for i in range(members):
-        r = coord.ConnectGroupHeartbeat(
-            coordinator_pb2.ConnectGroupHeartbeatRequest(
-                group_id="bench",
-                member_epoch=0,
-                member_id=f"w{i}",
-                rebalance_timeout_ms=60_000,
-                client_assignors=assignors,
-                owned=common_pb2.ConnectorsAndTasks(),
-            )
-        )
+        r = coord.ConnectGroupHeartbeat(join_request(f"w{i}"))
         ids.append(r.member_id)
         epochs[r.member_id] = r.member_epoch
     # The first member computes: connector i and its tasks round-robin.
@@ -121,21 +109,7 @@ def setup_group(address: str, members: int, creds: grpc.ChannelCredentials | Non
             group_id="bench", member_id=chooser, member_epoch=r.member_epoch
         )
     )
-    targets: dict[str, list[tuple[str, int]]] = {m: [] for m in ids}
-    conns: dict[str, list[str]] = {m: [] for m in ids}
-    k = 0
-    for spec in prep.connectors:
-        conns[ids[k % members]].append(spec.name)
-        k += 1
-        for t in range(spec.task_count):
-            targets[ids[k % members]].append((spec.name, t))
-            k += 1
-    install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
-        group_id="bench", member_id=chooser, member_epoch=r.member_epoch, group_epoch=prep.group_epoch
-    )
-    for m in ids:
-        Items.of(conns[m], targets[m]).to_proto(install.members.add(member_id=m).connectors_and_tasks)
-    resp = coord.ConnectGroupInstallAssignment(install)
+    resp = coord.ConnectGroupInstallAssignment(round_robin_install(prep, ids, r.member_epoch))
     assert resp.error_code == 0, resp
     out = []
     for m in ids:
@@ -148,6 +122,42 @@ def setup_group(address: str, members: int, creds: grpc.ChannelCredentials | Non
     assert g.group_state == "Stable", g.group_state
     channel.close()
     return out
+
+
+def join_request(member_id: str) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
+    """A worker joining the bench group (client-side incremental cooperative assignor)."""
+    assignors = common_pb2.ClientAssignors(
+        assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)]
+    )
+    return coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="bench",
+        member_epoch=0,
+        member_id=member_id,
+        rebalance_timeout_ms=60_000,
+        client_assignors=assignors,
+        owned=common_pb2.ConnectorsAndTasks(),
+    )
+
+
+def round_robin_install(
+    prep: coordinator_pb2.ConnectGroupPrepareAssignmentResponse, ids: list[str], epoch: int
+) -> coordinator_pb2.ConnectGroupInstallAssignmentRequest:
+    """The install `ids[0]` (at `epoch`) sends: each connector, then its tasks, dealt round-robin over `ids`."""
+    targets: dict[str, list[tuple[str, int]]] = {m: [] for m in ids}
+    conns: dict[str, list[str]] = {m: [] for m in ids}
+    k = 0
+    for spec in prep.connectors:
+        conns[ids[k % len(ids)]].append(spec.name)
+        k += 1
+        for t in range(spec.task_count):
+            targets[ids[k % len(ids)]].append((spec.name, t))
+            k += 1
+    install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
+        group_id="bench", member_id=ids[0], member_epoch=epoch, group_epoch=prep.group_epoch
+    )
+    for m in ids:
+        Items.of(conns[m], targets[m]).to_proto(install.members.add(member_id=m).connectors_and_tasks)
+    return install
 
 
 async def load(
