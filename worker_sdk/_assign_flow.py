@@ -66,6 +66,8 @@ def assign_request(
         group_configs=prepared.group_configs,
         # Compact results (hence a compact Install) only for a coordinator that reads them.
         accept_task_ranges=prepared.accept_task_ranges,
+        # The coordinator vouches for its target (validated at install, no connector shrank since).
+        current_target_checked=prepared.current_target_checked,
     )
 
 

@@ -52,7 +52,7 @@ def rebalance(
     """
     if not held:
         return Moves({}, {}, {})
-    counts = {m: len(items) for m, items in held.items()}
+    counts = dict(zip(held, map(len, held.values()), strict=True))
     # Sorting already sorted ids is linear; the tiebreak pass is stable, so ids stay in order within it.
     ids = sorted(held)
     if tiebreak:

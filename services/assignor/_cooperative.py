@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from services.assignor._balance import TaskShedder, rebalance, shed_connectors
 from services.assignor._model import AssignInput, AssignorState, AssignOutput, LostWork, Member
@@ -28,25 +29,45 @@ from services.common.items import EMPTY, Items, TaskId
 
 @dataclass(slots=True)
 class _Base:
-    """The sticky base: who keeps what before balancing. An item is in at most one member's lists."""
+    """The sticky base: who keeps what before balancing. An item is in at most one member's lists.
+
+    The sets of claimed items are built only when asked for (`claimed_connectors()`,
+    `claimed_tasks()`): with checked targets and nothing missing, nobody asks, and a run does not
+    touch every task."""
 
     connectors: dict[str, Collection[str]]
     tasks: dict[str, Collection[TaskId]]
-    claimed_connectors: set[str]
-    claimed_tasks: set[TaskId]
     # Members whose lists are exactly their input target (their output can reuse it if nothing moves).
     untouched: set[str]
+    connector_count: int = 0
+    task_count: int = 0
+    _connectors: set[str] | None = None
+    _tasks: set[TaskId] | None = None
+
+    def claimed_connectors(self) -> set[str]:
+        if self._connectors is None:
+            self._connectors = set().union(*self.connectors.values())
+        return self._connectors
+
+    def claimed_tasks(self) -> set[TaskId]:
+        if self._tasks is None:
+            self._tasks = set().union(*self.tasks.values())
+        return self._tasks
 
 
 def assign_incremental(inp: AssignInput) -> AssignOutput:
-    members = sorted(inp.members, key=lambda m: m.member_id)
+    members = sorted(inp.members, key=attrgetter("member_id"))
     live = {m.member_id for m in members}
     conns = inp.connectors
     total_tasks = sum(conns.values())
-    targets = {m.member_id: m.target or inp.previous_target.get(m.member_id, EMPTY) for m in members}
+    previous = inp.previous_target
+    # (`t.connectors or t.tasks` is `bool(t)` without a call per member.)
+    targets = {
+        m.member_id: t if (t := m.target).connectors or t.tasks else previous.get(m.member_id, EMPTY) for m in members
+    }
 
-    base = _claim_targets(members, targets, conns)
-    if len(base.claimed_connectors) < len(conns) or len(base.claimed_tasks) < total_tasks:
+    base = _checked_targets(members, targets) if inp.targets_checked else _claim_targets(members, targets, conns)
+    if base.connector_count < len(conns) or base.task_count < total_tasks:
         for m in members:
             _claim(base, m.member_id, inp.owned.get(m.member_id, EMPTY), conns)
 
@@ -70,8 +91,8 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
 
     lost_connectors = {c for w in lost for c in w.items.connectors}
     lost_tasks = {t for w in lost for t in w.items.tasks}
-    fresh_connectors = _unclaimed_connectors(conns, base.claimed_connectors, lost_connectors)
-    fresh_tasks = _unclaimed_tasks(conns, total_tasks, base.claimed_tasks, lost_tasks)
+    fresh_connectors = _unclaimed_connectors(conns, base, lost_connectors)
+    fresh_tasks = _unclaimed_tasks(conns, total_tasks, base, lost_tasks)
     released_connectors = [] if holding else sorted(lost_connectors)
     released_tasks = [] if holding else sorted(lost_tasks)
 
@@ -94,14 +115,15 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
         tiebreak=connector_moves.counts,
     )
 
-    out: dict[str, Items] = {}
-    for m in members:
-        mid = m.member_id
+    # A member whose base is its target and that gains and loses nothing keeps its target object;
+    # only the others (after one join: the few that give up or receive something) are rebuilt.
+    out: dict[str, Items] = dict(targets)
+    rebuilt = live - base.untouched
+    for moves in (connector_moves, task_moves):
+        rebuilt.update(moves.gained, moves.revoked)
+    for mid in rebuilt:
         gc, rc = connector_moves.gained.get(mid), connector_moves.revoked.get(mid)
         gt, rt = task_moves.gained.get(mid), task_moves.revoked.get(mid)
-        if mid in base.untouched and not (gc or rc or gt or rt):
-            out[mid] = targets[mid]
-            continue
         cs = set(base.connectors[mid])
         ts = set(base.tasks[mid])
         cs.difference_update(rc or ())
@@ -120,9 +142,26 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
     return AssignOutput(out, state, remaining_ms, moved)
 
 
+def _checked_targets(members: list[Member], targets: Mapping[str, Items]) -> _Base:
+    """`_claim_targets` for targets the caller vouches for (configured, each item in one target):
+    every member keeps its target as it is, and only the counts are taken."""
+    ids = [m.member_id for m in members]
+    connectors = dict(zip(ids, map(attrgetter("connectors"), map(targets.__getitem__, ids)), strict=True))
+    tasks = dict(zip(ids, map(attrgetter("tasks"), map(targets.__getitem__, ids)), strict=True))
+    return _Base(
+        connectors,
+        tasks,
+        set(connectors),
+        connector_count=sum(map(len, connectors.values())),
+        task_count=sum(map(len, tasks.values())),
+    )
+
+
 def _claim_targets(members: list[Member], targets: Mapping[str, Items], conns: Mapping[str, int]) -> _Base:
     """Each live member keeps its configured target items; of a duplicate, the lowest member id wins."""
-    base = _Base({}, {}, set(), set(), set())
+    claimed_connectors: set[str] = set()
+    claimed_tasks: set[TaskId] = set()
+    base = _Base({}, {}, set(), _connectors=claimed_connectors, _tasks=claimed_tasks)
     for m in members:
         mid = m.member_id
         target = targets[mid]
@@ -137,18 +176,19 @@ def _claim_targets(members: list[Member], targets: Mapping[str, Items], conns: M
         if not _all_configured(ts, conns):
             ts = [t for t in ts if 0 <= t[1] < conns.get(t[0], 0)]
             clean = False
-        if not base.claimed_connectors.isdisjoint(cs):
-            cs = [c for c in cs if c not in base.claimed_connectors]
+        if not claimed_connectors.isdisjoint(cs):
+            cs = [c for c in cs if c not in claimed_connectors]
             clean = False
-        if not base.claimed_tasks.isdisjoint(ts):
-            ts = [t for t in ts if t not in base.claimed_tasks]
+        if not claimed_tasks.isdisjoint(ts):
+            ts = [t for t in ts if t not in claimed_tasks]
             clean = False
-        base.claimed_connectors.update(cs)
-        base.claimed_tasks.update(ts)
+        claimed_connectors.update(cs)
+        claimed_tasks.update(ts)
         base.connectors[mid] = cs
         base.tasks[mid] = ts
         if clean:
             base.untouched.add(mid)
+    base.connector_count, base.task_count = len(claimed_connectors), len(claimed_tasks)
     return base
 
 
@@ -159,11 +199,13 @@ def _all_configured(tasks: Collection[TaskId], conns: Mapping[str, int]) -> bool
 
 def _claim(base: _Base, member_id: str, items: Items, conns: Mapping[str, int]) -> None:
     """Add the configured, unclaimed ``items`` to a member's sticky base."""
-    cs = [c for c in items.connectors if c in conns and c not in base.claimed_connectors]
-    ts = [t for t in items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in base.claimed_tasks]
+    claimed_connectors, claimed_tasks = base.claimed_connectors(), base.claimed_tasks()
+    cs = [c for c in items.connectors if c in conns and c not in claimed_connectors]
+    ts = [t for t in items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in claimed_tasks]
     if cs or ts:
-        base.claimed_connectors.update(cs)
-        base.claimed_tasks.update(ts)
+        claimed_connectors.update(cs)
+        claimed_tasks.update(ts)
+        base.connector_count, base.task_count = len(claimed_connectors), len(claimed_tasks)
         base.connectors[member_id] = [*base.connectors[member_id], *cs]
         base.tasks[member_id] = [*base.tasks[member_id], *ts]
         base.untouched.discard(member_id)
@@ -178,22 +220,24 @@ def _lost_work(
     held in the state (the target computed while holding no longer lists them).
     """
     live = {m.member_id for m in members}
-    by_instance: dict[str, str] = {}
-    for m in members:
-        if m.instance_id:
-            by_instance.setdefault(m.instance_id, m.member_id)
     departed: dict[str, LostWork] = {w.member_id: w for w in inp.state.lost}
-    for mid, items in inp.previous_target.items():
-        if mid in live or not items:
+    previous = inp.previous_target
+    for mid in sorted(previous.keys() - live):  # (a set difference: not a loop over every member)
+        items = previous[mid]
+        if not items:
             continue
         known = departed.get(mid)
         instance_id = known.instance_id if known else inp.state.instances.get(mid)
         departed[mid] = LostWork(mid, instance_id, items | known.items if known else items)
     if not departed:
         return (), []
+    by_instance: dict[str, str] = {}
+    for m in members:
+        if m.instance_id:
+            by_instance.setdefault(m.instance_id, m.member_id)
 
     conns = inp.connectors
-    claimed_connectors, claimed_tasks = base.claimed_connectors, base.claimed_tasks
+    claimed_connectors, claimed_tasks = base.claimed_connectors(), base.claimed_tasks()
     # An item listed for two departed members is lost once, for the first of them.
     seen_connectors: set[str] = set()
     seen_tasks: set[TaskId] = set()
@@ -222,16 +266,18 @@ def _lost_work(
     return tuple(lost), returned
 
 
-def _unclaimed_connectors(conns: Mapping[str, int], claimed: set[str], lost: set[str]) -> list[str]:
-    if len(claimed) + len(lost) >= len(conns):
+def _unclaimed_connectors(conns: Mapping[str, int], base: _Base, lost: set[str]) -> list[str]:
+    if base.connector_count + len(lost) >= len(conns):
         return []
+    claimed = base.claimed_connectors()
     return [c for c in sorted(conns) if c not in claimed and c not in lost]
 
 
-def _unclaimed_tasks(conns: Mapping[str, int], total: int, claimed: set[TaskId], lost: set[TaskId]) -> list[TaskId]:
+def _unclaimed_tasks(conns: Mapping[str, int], total: int, base: _Base, lost: set[TaskId]) -> list[TaskId]:
     """Configured tasks nobody has; enumerates the configuration only when some are missing."""
-    if len(claimed) + len(lost) >= total:
+    if base.task_count + len(lost) >= total:
         return []
+    claimed = base.claimed_tasks()
     return [
         TaskId(c, t) for c in sorted(conns) for t in range(conns[c]) if (c, t) not in claimed and (c, t) not in lost
     ]

@@ -139,6 +139,12 @@ class AssignInput:
     state: AssignorState = EMPTY_STATE
     now_ms: int = 0
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS
+    # The caller vouches that every item of the members' targets and of ``previous_target`` is
+    # configured and in one target only (AssignRequest.current_target_checked): the core then skips
+    # checking that task by task, so that a run after one join costs what the members and the moved
+    # items cost, not what all tasks do. Unset: everything is checked (a target can name deleted
+    # connectors or list an item twice, and is repaired).
+    targets_checked: bool = False
 
 
 @dataclass(frozen=True, slots=True)

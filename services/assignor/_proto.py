@@ -236,6 +236,7 @@ def to_input(
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
         max_delay_ms=max_delay_ms,
+        targets_checked=request.current_target_checked,
     )
     return inp, sources
 

@@ -107,6 +107,8 @@ class AssignmentProcess(CoreBase):
         inflight.assignor_name = name
         inflight.snapshot_members = {mid: m.meta.instance_id for mid, m in group.members.items()}
         inflight.snapshot_connectors = dict(group.connectors)
+        inflight.snapshot_shrinks = group.connector_shrinks
+        request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
         return request
 
     def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
@@ -169,6 +171,7 @@ class AssignmentProcess(CoreBase):
                 assignor_state=snapshot.assignor_state,
                 now_ms=snapshot.now_ms,
                 group_configs=snapshot.group_configs,
+                current_target_checked=snapshot.current_target_checked,
             )
         except ApiError as e:
             response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=e.code, error_message=e.message)
@@ -300,6 +303,7 @@ class AssignmentProcess(CoreBase):
         else:
             self.timer.cancel(TimerKey(TimerKind.SCHEDULED, gid))
         group.process.in_flight = None
+        group.process.target_checked_at = inflight.snapshot_shrinks
         group.process.failures = 0
         group.process.failed_executors.clear()
         group.process.last_executor = inflight.executor

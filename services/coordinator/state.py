@@ -110,6 +110,8 @@ class InFlightAssignment:
     snapshot_members: dict[str, str | None] = field(default_factory=dict)  # member id -> instance id
     snapshot_connectors: dict[str, int] = field(default_factory=dict)
     assignor_name: str = ""
+    # The group's `connector_shrinks` when the snapshot was taken.
+    snapshot_shrinks: int = 0
 
     @property
     def prepared(self) -> bool:
@@ -136,6 +138,12 @@ class AssignmentProcessState:
     # move work. A nudge only moves a heartbeat earlier: none of this touches safety.
     awaiting_work: set[str] = field(default_factory=set)
     epoch_nudge_due: bool = False
+    # The group's `connector_shrinks` when the snapshot of the installed target was taken (None: no
+    # target installed since this process loaded the group). An installed target was validated
+    # against that snapshot (each item configured, in one member's target only); it stays so while
+    # no connector shrinks, which the assignor is told (`current_target_checked`) so that it need
+    # not check every task again.
+    target_checked_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -160,6 +168,8 @@ class Group:
     # How many members are not reconciled with the target (not at the assignment epoch, or not
     # Stable): `state()` reads this, not every member (a heartbeat costs the same at 10 and 10,000).
     unsettled: int = 0
+    # How many times a connector was deleted or lost tasks (replay counts it; compared, never stored).
+    connector_shrinks: int = 0
     # Volatile: the assignment process (the computation in flight, failures, last error).
     process: AssignmentProcessState = field(default_factory=AssignmentProcessState)
     # Volatile: the last assignment epoch a `group_stable` event was written for.
@@ -236,6 +246,9 @@ class CoordinatorState:
 
     def _connector(self, r: ConnectorRecord) -> None:
         group = self._group(r.group_id)
+        old = group.connectors.get(r.connector)
+        if old is not None and (r.task_count is None or r.task_count < old):
+            group.connector_shrinks += 1
         if r.task_count is None:
             group.connectors.pop(r.connector, None)
         else:

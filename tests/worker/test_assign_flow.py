@@ -114,6 +114,18 @@ def test_prepare_compute_install_in_order_and_nothing_while_an_answer_is_outstan
     assert f.next_action(10**9) == done, "done stays done"
 
 
+def test_the_assignor_is_told_whether_the_coordinator_vouches_for_its_target() -> None:
+    """Prepare's `current_target_checked` reaches the assignor as given (set only by the coordinator)."""
+    for vouched in (True, False):
+        f = flow()
+        f.next_action(0)
+        answer = prepare_answer(epoch=9)
+        answer.current_target_checked = vouched
+        assert f.on_prepare_response(answer, 10)
+        compute = f.next_action(10)
+        assert isinstance(compute, Compute) and compute.request.current_target_checked is vouched
+
+
 def test_an_assignor_error_is_installed_and_the_outcome_is_abandoned() -> None:
     f = flow()
     failed = assignor_pb2.AssignResponse(error=ErrorCode.UNSUPPORTED_ASSIGNOR, error_message="no such assignor")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AssignRequest(_message.Message):
-    __slots__ = ("assignor_name", "group_id", "group_epoch", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges")
+    __slots__ = ("assignor_name", "group_id", "group_epoch", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class AssignRequest(_message.Message):
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TARGET_CHECKED_FIELD_NUMBER: _ClassVar[int]
     assignor_name: str
     group_id: str
     group_epoch: int
@@ -36,7 +37,8 @@ class AssignRequest(_message.Message):
     now_ms: int
     group_configs: _containers.ScalarMap[str, str]
     accept_task_ranges: bool
-    def __init__(self, assignor_name: _Optional[str] = ..., group_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
+    current_target_checked: bool
+    def __init__(self, assignor_name: _Optional[str] = ..., group_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ...) -> None: ...
 
 class AssignResponse(_message.Message):
     __slots__ = ("error", "error_message", "members", "assignor_state", "rebalance_delay_ms")

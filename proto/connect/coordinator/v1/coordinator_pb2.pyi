@@ -94,7 +94,7 @@ class ConnectGroupPrepareAssignmentRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges")
+    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TARGET_CHECKED_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_epoch: int
@@ -124,7 +125,8 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     now_ms: int
     group_configs: _containers.ScalarMap[str, str]
     accept_task_ranges: bool
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
+    current_target_checked: bool
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentRequest(_message.Message):
     __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "members", "assignor_state", "rebalance_delay_ms")
