@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any, cast
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -17,7 +19,7 @@ from services.assignor._model import (
     Member,
 )
 from services.common import compact
-from services.common.items import EMPTY, Items
+from services.common.items import EMPTY, Items, TaskId
 
 INCREMENTAL_COOPERATIVE = "incremental-cooperative"
 EAGER = "eager"
@@ -166,6 +168,56 @@ def _items(msg: common_pb2.ConnectorsAndTasks, field: str) -> Items:
     return compact.decode(msg, field, max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
 
 
+class _LazyTasks(AbstractSet[TaskId]):
+    """A member's target tasks, decoded from its message only when first iterated or searched.
+
+    Used only for a target the coordinator vouches for (`current_target_checked`): the core then
+    needs how many tasks each member has and the tasks themselves only of the few members that give
+    some up, and an unchanged member's message is copied into the response as it came. At 10,000
+    members decoding every target was most of an Assign. The count is the message's (its entries,
+    the coordinator's target never repeats one); ranges were checked when the message was read. Set
+    operations (the `Set` mixins) answer plain frozensets."""
+
+    __slots__ = ("_decoded", "_field", "_msg", "_size")
+
+    def __init__(self, msg: common_pb2.ConnectorsAndTasks, field: str, size: int) -> None:
+        self._msg, self._field, self._size = msg, field, size
+        self._decoded: frozenset[TaskId] | None = None
+
+    def _tasks(self) -> frozenset[TaskId]:
+        if self._decoded is None:
+            self._decoded = compact.decode(self._msg, self._field, checked=True).tasks
+        return self._decoded
+
+    def __len__(self) -> int:
+        return self._size if self._decoded is None else len(self._decoded)
+
+    def __iter__(self) -> Iterator[TaskId]:
+        return iter(self._tasks())
+
+    def __contains__(self, task: object) -> bool:
+        return task in self._tasks()
+
+    def __hash__(self) -> int:
+        return hash(self._tasks())
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)
+
+
+def _vouched_target(msg: common_pb2.ConnectorsAndTasks, field: str) -> Items:
+    """A live member's target from a request whose current target the coordinator vouches for."""
+    size = len(msg.tasks)
+    if compact.has_ranges(msg):
+        compact.check_ranges(msg, field, max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
+        size += compact.range_total(msg)
+    elif not size:
+        return _items(msg, field)
+    # (Typed as the frozenset it stands for: the core only counts, iterates and searches it.)
+    return Items(frozenset(msg.connectors), cast(frozenset[TaskId], _LazyTasks(msg, field, size)))
+
+
 class _LazyItems(Mapping[str, Items]):
     """Converts a member's message only when looked up: converting 100,000 owned tasks that the
     assignor then never consults would cost several times the assignment itself."""
@@ -210,7 +262,8 @@ def to_input(
     for i, m in enumerate(request.members):
         msg: common_pb2.ConnectorsAndTasks | None
         if m.member_id in live_with_target:
-            target, msg = _items(m.target, f"members[{i}].target"), m.target
+            decode = _vouched_target if request.current_target_checked else _items
+            target, msg = decode(m.target, f"members[{i}].target"), m.target
         else:
             target, msg = previous.get(m.member_id, EMPTY), previous_msgs.get(m.member_id)
         # Only a message without repeated entries, in the form the caller reads, can stand in for

@@ -9,6 +9,7 @@ from services.assignor import (
     AssignorState,
     LostWork,
     Member,
+    assign,
     compute,
     list_assignors,
 )
@@ -77,3 +78,16 @@ def test_state_round_trip() -> None:
     assert AssignorState().encode() == b""
     for garbage in (b"[]", b'{"v":2}', b'{"v":1,"delay":{"start":"x","lost":[{"m":1}],"cand":[]}}', b"\xff"):
         assert AssignorState.decode(garbage) == AssignorState()
+
+
+def test_a_target_the_coordinator_vouches_for_gets_the_same_answer() -> None:
+    """`current_target_checked` (targets decoded lazily) changes nothing for the eager assignor: it
+    deals everything again, and counts what moved with set operations on the old targets."""
+    group = Group(connectors(4, 3), assignor=EAGER).join("m0", "m1")
+    group.assign()
+    group.join("m2").leave("m0")
+    vouched = group.request()
+    vouched.current_target_checked = True
+    answer = assign(vouched)
+    assert answer == assign(group.request())
+    assert answer.error == 0 and len(answer.members) == 2
