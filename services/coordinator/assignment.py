@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.common import compact
 from services.common.items import Items, TaskId
+from services.coordinator.records import AssignorSpec
 from services.coordinator.state import AssignorKey, Group, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
@@ -89,21 +90,43 @@ def build_snapshot(
         accept_task_ranges=True,
     )
     req.group_configs.update(group_configs)
+    # Each member's items appear up to three times (owned, target, current_target), and once it is
+    # reconciled they are the same set: encoded once, then copied (a C-level copy of the message,
+    # a fraction of encoding one protobuf message per task). Keyed by identity: a settled member's
+    # assigned items are its target's object (replay makes them so); the sets live through this call.
+    # The dicts hold each keyed object too: an id is only unique while its object lives, and a
+    # member's owned items may be a set made for this call.
+    encoded: dict[int, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
+    specs: dict[int, tuple[AssignorSpec, common_pb2.Assignor]] = {}
+
+    def put(items: Items, out: common_pb2.ConnectorsAndTasks) -> None:
+        done = encoded.get(id(items))
+        if done is not None:
+            out.CopyFrom(done[1])
+        else:
+            items.to_proto(out, compact_tasks=compact_tasks)
+            encoded[id(items)] = (items, out)
+
     for mid, m in group.members.items():
         gm = req.members.add(member_id=mid, member_epoch=m.member_epoch, url=m.meta.url)
         if m.meta.instance_id is not None:
             gm.instance_id = m.meta.instance_id
         spec = m.assignor(assignor_name)
         if spec is not None:
-            gm.assignor.CopyFrom(spec.to_proto())
-        m.owned.to_proto(gm.owned, compact_tasks=compact_tasks)
-        group.target_of(mid).to_proto(gm.target, compact_tasks=compact_tasks)
+            known = specs.get(id(spec))  # equal assignor lists are held once: mostly one spec
+            if known is None:
+                known = specs[id(spec)] = (spec, spec.to_proto())
+            gm.assignor.CopyFrom(known[1])
+        target = group.target_of(mid)
+        put(target, gm.target)
+        current = m.current
+        put(current.assigned if not current.revoking else m.owned, gm.owned)
     for name in sorted(group.connectors):
         req.connectors.add(name=name, task_count=group.connectors[name])
     req.current_target.assignment_epoch = group.assignment_epoch
     for mid, tv in group.target_members.items():
         mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
-        tv.items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
+        put(tv.items, mt.connectors_and_tasks)
     return req
 
 
