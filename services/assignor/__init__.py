@@ -19,7 +19,7 @@ from services.assignor._model import (
     LostWork,
     Member,
 )
-from services.assignor._proto import ASSIGNORS, EAGER, INCREMENTAL_COOPERATIVE, assign, list_assignors
+from services.assignor._proto import ASSIGNORS, EAGER, INCREMENTAL_COOPERATIVE, MAX_TASKS, assign, list_assignors
 
 
 def compute(assignor_name: str, inp: AssignInput) -> AssignOutput:
@@ -32,6 +32,7 @@ __all__ = [
     "EAGER",
     "INCREMENTAL_COOPERATIVE",
     "MAX_DELAY_CONFIG",
+    "MAX_TASKS",
     "AssignInput",
     "AssignOutput",
     "AssignorState",

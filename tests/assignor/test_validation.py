@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
-from services.assignor import EAGER, INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, assign
+from services.assignor import EAGER, INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, MAX_TASKS, assign
 from tests.assignor.kit import Group
 
 Edit = Callable[[assignor_pb2.AssignRequest], object]
@@ -168,3 +170,86 @@ def test_repeated_entries_in_a_target_are_not_echoed() -> None:
     gm.target.tasks.append(gm.target.tasks[0])
     after = {m.member_id: m.connectors_and_tasks for m in assign(req).members}
     assert after == before
+
+
+# ---- the first error named, over random requests, against a plain loop written here ------------------
+
+_MEMBER = st.tuples(
+    st.sampled_from(["", "w1", "w2", "w3"]),  # member id
+    st.sampled_from([None, "", "h1", "h2"]),  # instance id (None: unset)
+    st.one_of(  # assignor entry (None: unset)
+        st.none(),
+        st.tuples(st.sampled_from(["", INCREMENTAL_COOPERATIVE, EAGER]), st.integers(min_value=0, max_value=3)),
+    ),
+)
+_CONNECTOR = st.tuples(st.sampled_from(["", "a", "b", "c"]), st.sampled_from([-1, 0, 1, 2, MAX_TASKS // 2 + 1]))
+
+
+def _first_error(
+    members: list[tuple[str, str | None, tuple[str, int] | None]], connectors: list[tuple[str, int]]
+) -> str:
+    """The message a request with these members and connectors must be answered with ("" if none),
+    checked in request order the way the contract states it (incremental-cooperative: versions 1-2)."""
+    seen: dict[str, int] = {}
+    instances: dict[str, int] = {}
+    for i, (mid, instance, entry) in enumerate(members):
+        if not mid:
+            return f"members[{i}].member_id must not be empty"
+        if mid in seen:
+            return f"members[{i}].member_id {mid!r} is a duplicate of members[{seen[mid]}]"
+        seen[mid] = i
+        if instance:
+            if instance in instances:
+                return f"members[{i}].instance_id {instance!r} is a duplicate of members[{instances[instance]}]"
+            instances[instance] = i
+        if entry is not None:
+            name, version = entry
+            if name and name != INCREMENTAL_COOPERATIVE:
+                return f"members[{i}].assignor.name {name!r} is not the requested assignor {INCREMENTAL_COOPERATIVE!r}"
+            if not 1 <= version <= 2:
+                return (
+                    f"members[{i}].assignor.version {version} is outside {INCREMENTAL_COOPERATIVE}'s supported "
+                    "range [1, 2]"
+                )
+    names: dict[str, int] = {}
+    total = 0
+    for i, (name, count) in enumerate(connectors):
+        if not name:
+            return f"connectors[{i}].name must not be empty"
+        if name in names:
+            return f"connectors[{i}].name {name!r} is a duplicate of connectors[{names[name]}]"
+        names[name] = i
+        if count < 0:
+            return f"connectors[{i}].task_count must be >= 0"
+        total += count
+        if total > MAX_TASKS:
+            return f"connectors[{i}].task_count brings the group to {total} tasks; at most {MAX_TASKS} are supported"
+    return ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MEMBER, max_size=5), st.lists(_CONNECTOR, max_size=4))
+def test_the_first_bad_field_in_request_order_is_the_one_named(
+    members: list[tuple[str, str | None, tuple[str, int] | None]], connectors: list[tuple[str, int]]
+) -> None:
+    """Members and connectors are checked with whole-list passes first and walked one by one only to
+    name a culprit: whatever the mix of faults, the answer names the first one in request order, and
+    a request with none is computed."""
+    expected = _first_error(members, connectors)
+    if not expected and sum(c for _, c in connectors) > 10:
+        connectors = [(n, min(c, 3)) for n, c in connectors]  # valid: keep the computation small
+        expected = _first_error(members, connectors)
+    req = assignor_pb2.AssignRequest(assignor_name=INCREMENTAL_COOPERATIVE, group_id="g", now_ms=1)
+    for mid, instance, entry in members:
+        gm = req.members.add(member_id=mid)
+        if instance is not None:
+            gm.instance_id = instance
+        if entry is not None:
+            gm.assignor.name, gm.assignor.version = entry
+    for name, count in connectors:
+        req.connectors.add(name=name, task_count=count)
+    response = assign(req)
+    assert response.error_message == expected
+    assert (response.error != 0) == bool(expected)
+    if expected:
+        assert not response.members
