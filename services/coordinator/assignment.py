@@ -7,11 +7,13 @@ executor, the result is validated against the snapshot it was computed from befo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
-from connect.coordinator.v1 import assignor_pb2, common_pb2
+from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.common.items import Items, TaskId
+from services.coordinator.item_index import ItemKey
 from services.coordinator.records import AssignorSpec
 from services.coordinator.state import AssignorKey, Group, Member
 
@@ -74,21 +76,36 @@ def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[st
     return []
 
 
+Snapshot = TypeVar("Snapshot", assignor_pb2.AssignRequest, coordinator_pb2.ConnectGroupPrepareAssignmentResponse)
+
+
 def build_snapshot(
     group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str], compact_tasks: bool = False
 ) -> assignor_pb2.AssignRequest:
-    """The assignor's input: the same message whether it goes to the service or to a worker (Prepare);
-    tasks as task ranges if ``compact_tasks`` (a worker that set accept_task_ranges)."""
-    req = assignor_pb2.AssignRequest(
-        assignor_name=assignor_name,
-        group_id=group.group_id,
-        group_epoch=group.epoch,
-        assignor_state=group.target.assignor_state,
-        now_ms=now_ms,
-        # We read task ranges in results (validate_result, target_items); the request stays expanded
-        # so that an assignor service older than the field still understands it.
-        accept_task_ranges=True,
-    )
+    """The assignor's input for the assignor service; see `fill_snapshot`."""
+    req = assignor_pb2.AssignRequest(group_id=group.group_id)
+    return fill_snapshot(req, group, assignor_name, now_ms, group_configs, compact_tasks)
+
+
+def fill_snapshot(
+    req: Snapshot,
+    group: Group,
+    assignor_name: str,
+    now_ms: int,
+    group_configs: Mapping[str, str],
+    compact_tasks: bool = False,
+) -> Snapshot:
+    """The assignor's input: the same fields whether it goes to the service (an AssignRequest) or to
+    a worker (written straight into Prepare's response, so that 10,000 members' messages are not
+    copied once more); tasks as task ranges if ``compact_tasks`` (a worker that set
+    accept_task_ranges)."""
+    req.assignor_name = assignor_name
+    req.group_epoch = group.epoch
+    req.assignor_state = group.target.assignor_state
+    req.now_ms = now_ms
+    # We read task ranges in results (validate_result, target_items); the request stays expanded
+    # so that an assignor service older than the field still understands it.
+    req.accept_task_ranges = True
     req.group_configs.update(group_configs)
     # Each member's items appear up to three times (owned, target, current_target), and once it is
     # reconciled they are the same set: encoded once, then copied (a C-level copy of the message,
@@ -139,12 +156,23 @@ def validate_result(
     snapshot_members: Mapping[str, str | None],
     snapshot_connectors: Mapping[str, int],
     rebalance_delay_ms: int,
-) -> dict[str, common_pb2.MemberTarget]:
+    kept: Mapping[str, tuple[common_pb2.MemberTarget, Items]] | None = None,
+    kept_owner: Callable[[ItemKey], str | None] | None = None,
+) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
     assigned twice or unknown, and every item assigned -- unless the assignor holds work back on
-    purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment."""
+    purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
+
+    ``kept``: entries of the input's current target the caller vouches for (each item configured in
+    the snapshot, in one entry only, and still the member's target), as handed out, with their
+    items; ``kept_owner`` finds which member's kept entry holds an item. A member given back exactly
+    its entry is not checked item by item again: only the items of the members whose target changes
+    are, against each other and against the kept entries. Returns each member's entry and, for
+    those given back unchanged, their items."""
     by_member: dict[str, common_pb2.MemberTarget] = {}
-    seen: dict[str | TaskId, str] = {}
+    unchanged: dict[str, Items] = {}
+    changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
+    kept = kept or {}
     for i, mt in enumerate(members):
         mid = mt.member_id
         if mid not in snapshot_members:
@@ -152,12 +180,32 @@ def validate_result(
         if mid in by_member:
             raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
         by_member[mid] = mt
+        known = kept.get(mid)
+        if known is not None and known[0] == mt:  # C-level comparison of the two messages
+            unchanged[mid] = known[1]
+        else:
+            changed.append((i, mid, mt))
+    # Holder of an item among the members given back unchanged (None: none of them).
+    owner = kept_owner if kept_owner is not None and unchanged else _nobody
+
+    def kept_holder(key: ItemKey) -> str | None:
+        holder = owner(key)
+        return holder if holder is not None and holder in unchanged else None
+
+    seen: dict[ItemKey, str] = {}
+
+    def claim(key: ItemKey, mid: str) -> None:
+        holder = seen.get(key) or kept_holder(key)
+        if holder is not None:
+            what = f"connector '{key}'" if isinstance(key, str) else f"task {key}"
+            raise InvalidAssignment(f"{what} is assigned to both '{holder}' and '{mid}'")
+        seen[key] = mid
+
+    for i, mid, mt in changed:
         for c in mt.connectors_and_tasks.connectors:
             if c not in snapshot_connectors:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown connector '{c}'")
-            if c in seen:
-                raise InvalidAssignment(f"connector '{c}' is assigned to both '{seen[c]}' and '{mid}'")
-            seen[c] = mid
+            claim(c, mid)
         try:
             compact.check_ranges(mt.connectors_and_tasks, f"members[{i}].connectors_and_tasks")
         except compact.InvalidItems as e:
@@ -167,21 +215,23 @@ def validate_result(
             count = snapshot_connectors.get(t.connector)
             if count is None or not 0 <= t.task < count:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown task {t.connector}-{t.task}")
-            key = t
-            if key in seen:
-                raise InvalidAssignment(f"task {key} is assigned to both '{seen[key]}' and '{mid}'")
-            seen[key] = mid
+            claim(t, mid)
     total = len(snapshot_connectors) + sum(snapshot_connectors.values())
-    if len(seen) < total and rebalance_delay_ms <= 0:
-        missing = next(
-            str(k)
-            for k in [*snapshot_connectors, *(TaskId(c, t) for c, n in snapshot_connectors.items() for t in range(n))]
-            if k not in seen
-        )
+    assigned = len(seen) + sum(map(len, unchanged.values()))
+    if assigned < total and rebalance_delay_ms <= 0:
+        every: list[ItemKey] = [
+            *snapshot_connectors,
+            *(TaskId(c, t) for c, n in snapshot_connectors.items() for t in range(n)),
+        ]
+        missing = next(str(k) for k in every if k not in seen and kept_holder(k) is None)
         raise InvalidAssignment(
-            f"{total - len(seen)} connectors/tasks are unassigned (e.g. {missing}) and no rebalance_delay_ms is set"
+            f"{total - assigned} connectors/tasks are unassigned (e.g. {missing}) and no rebalance_delay_ms is set"
         )
-    return by_member
+    return by_member, unchanged
+
+
+def _nobody(key: ItemKey) -> str | None:
+    return None
 
 
 def target_items(mt: common_pb2.MemberTarget) -> Items:

@@ -15,8 +15,9 @@ from services.coordinator.assignment import (
     SERVICE_EXECUTOR,
     AssignorSelectionError,
     InvalidAssignment,
-    build_snapshot,
+    Snapshot,
     executor_candidates,
+    fill_snapshot,
     select_assignor_counted,
     target_items,
     validate_result,
@@ -67,7 +68,7 @@ class AssignmentProcess(CoreBase):
             return
         if self.assignment_mode(group) == MODE_SERVICE:
             inflight = InFlightAssignment(SERVICE_EXECUTOR, now, now + self.config.assignor_timeout_ms)
-            request = self._prepare(group, inflight, name, now)
+            request = self._prepare(assignor_pb2.AssignRequest(group_id=group.group_id), group, inflight, name, now)
             sink.effects.append(ServiceAssignment(group.group_id, group.epoch, request))
         else:
             candidates = executor_candidates(group.members, name)
@@ -100,15 +101,30 @@ class AssignmentProcess(CoreBase):
             sink.nudge(group.group_id, (inflight.executor,), NUDGE_COMPUTE)
 
     def _prepare(
-        self, group: Group, inflight: InFlightAssignment, name: str, now: int, compact_tasks: bool = False
-    ) -> assignor_pb2.AssignRequest:
-        request = build_snapshot(group, name, now, self.group_configs(group), compact_tasks)
+        self,
+        out: Snapshot,
+        group: Group,
+        inflight: InFlightAssignment,
+        name: str,
+        now: int,
+        compact_tasks: bool = False,
+    ) -> Snapshot:
+        """The assignor's input written into ``out`` (the service's AssignRequest, or Prepare's
+        response), and the snapshot it was taken from noted in ``inflight``."""
+        request = fill_snapshot(out, group, name, now, self.group_configs(group), compact_tasks)
         inflight.group_epoch = group.epoch
         inflight.assignor_name = name
         inflight.snapshot_members = {mid: m.meta.instance_id for mid, m in group.members.items()}
         inflight.snapshot_connectors = dict(group.connectors)
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
+        if request.current_target_checked:
+            values = group.target_members
+            inflight.snapshot_targets = {
+                mt.member_id: (mt, values[mt.member_id]) for mt in request.current_target.members
+            }
+        else:
+            inflight.snapshot_targets = {}
         return request
 
     def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
@@ -160,19 +176,10 @@ class AssignmentProcess(CoreBase):
             validation.check_member_request(req.group_id, req.member_id, req.member_epoch, self.config)
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
             name = self._selected_assignor(group)
-            snapshot = self._prepare(group, inflight, name, now_ms, req.accept_task_ranges)
-            response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(
-                accept_task_ranges=True,  # Install reads both forms
-                group_epoch=snapshot.group_epoch,
-                assignor_name=snapshot.assignor_name,
-                members=snapshot.members,
-                connectors=snapshot.connectors,
-                current_target=snapshot.current_target,
-                assignor_state=snapshot.assignor_state,
-                now_ms=snapshot.now_ms,
-                group_configs=snapshot.group_configs,
-                current_target_checked=snapshot.current_target_checked,
-            )
+            # The same fields as an AssignRequest (accept_task_ranges: Install reads both forms),
+            # built in place.
+            response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse()
+            self._prepare(response, group, inflight, name, now_ms, req.accept_task_ranges)
         except ApiError as e:
             response = coordinator_pb2.ConnectGroupPrepareAssignmentResponse(error_code=e.code, error_message=e.message)
         return sink.result(response)
@@ -181,7 +188,17 @@ class AssignmentProcess(CoreBase):
         sink = Sink(self.state, now_ms)
         sink.requester = req.member_id  # the installer heartbeats at once on its own
         try:
-            validation.check_install(req, self.config)
+            # Entries handed out in Prepare (the coordinator's own, checked when built) are not
+            # checked field by field again when they come back unchanged.
+            chosen = self.state.groups.get(req.group_id)
+            handed_out = chosen.process.in_flight if chosen is not None else None
+            validation.check_install(
+                req,
+                self.config,
+                handed_out.snapshot_targets
+                if handed_out is not None and handed_out.executor == req.member_id
+                else None,
+            )
             group, inflight = self._chosen_member(req.group_id, req.member_id, req.member_epoch)
             if not inflight.prepared:
                 raise invalid("no assignment input was prepared: call ConnectGroupPrepareAssignment first")
@@ -260,26 +277,43 @@ class AssignmentProcess(CoreBase):
                 sink, group, now, f"assignor error {error}: {error_message}".strip(": "), backoff=True
             )
             return
+        # The snapshot's target entries that still stand (the same value, a live member): a member
+        # given back exactly its entry keeps its target as it is, without decoding or checking it
+        # item by item (at 10,000 members that was most of an install).
+        targets = group.target_members
+        kept = {
+            mid: (msg, value.items)
+            for mid, (msg, value) in inflight.snapshot_targets.items()
+            if targets.get(mid) is value and mid in group.members
+        }
         try:
-            by_member = validate_result(
-                members, inflight.snapshot_members, inflight.snapshot_connectors, rebalance_delay_ms
+            by_member, unchanged = validate_result(
+                members,
+                inflight.snapshot_members,
+                inflight.snapshot_connectors,
+                rebalance_delay_ms,
+                kept,
+                group.target_owner.get,
             )
         except InvalidAssignment as e:
             self._abandon_assignment(sink, group, now, f"invalid assignment: {e}", backoff=True)
             raise ApiError(ErrorCode.INVALID_ASSIGNMENT, str(e)) from None
 
         new_target: dict[str, TargetMemberValue] = {}
+        moved = 0
         for mid, mt in by_member.items():
+            if mid in unchanged:
+                new_target[mid] = targets[mid]
+                continue
             if mid not in group.members:
                 # A static member replaced since the snapshot: its new incarnation takes the target.
                 iid = inflight.snapshot_members.get(mid)
                 mid = group.static_members.get(iid, mid) if iid else mid
-            new_target[mid] = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
-        moved = 0
-        old_owner = {key: mid for mid, tv in group.target_members.items() for key in tv.items.item_keys()}
-        for mid, tv in new_target.items():
-            moved += sum(1 for key in tv.items.item_keys() if old_owner.get(key) not in (None, mid))
-            if group.target_members.get(mid) != tv:
+            tv = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
+            new_target[mid] = tv
+            # Items that were in someone else's target (the current target's owner index).
+            moved += sum(1 for key in tv.items.item_keys() if group.target_owner.get(key) not in (None, mid))
+            if targets.get(mid) != tv:
                 sink.emit(TargetMember(gid, mid, tv))
         for mid in [m for m in group.target_members if m not in new_target]:
             sink.emit(TargetMember(gid, mid, None))

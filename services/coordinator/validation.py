@@ -5,6 +5,8 @@ Validation runs before a handler touches any state, so a bad request never chang
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.coordinator.config import ServerConfig
@@ -137,7 +139,13 @@ def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: 
         raise invalid(f"member_epoch must be >= 0, got {member_epoch}")
 
 
-def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, cfg: ServerConfig = DEFAULTS) -> None:
+def check_install(
+    req: coordinator_pb2.ConnectGroupInstallAssignmentRequest,
+    cfg: ServerConfig = DEFAULTS,
+    handed_out: Mapping[str, tuple[common_pb2.MemberTarget, object]] | None = None,
+) -> None:
+    """``handed_out``: entries the coordinator built itself (Prepare's current target, by member); a
+    member entry equal to its own is not checked item by item again."""
     check_member_request(req.group_id, req.member_id, req.member_epoch, cfg)
     if req.group_epoch < 0:
         raise invalid(f"group_epoch must be >= 0, got {req.group_epoch}")
@@ -152,9 +160,12 @@ def check_install(req: coordinator_pb2.ConnectGroupInstallAssignmentRequest, cfg
             for m in req.members
         )
         check_count(total, "members[].connectors_and_tasks", cfg)
+        handed_out = handed_out or {}
         for i, m in enumerate(req.members):
             check_id(m.member_id, f"members[{i}].member_id", cfg=cfg)
-            check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks", cfg)
+            own = handed_out.get(m.member_id)
+            if own is None or own[0] != m:
+                check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks", cfg)
 
 
 def check_group_ids(group_ids: list[str] | object, cfg: ServerConfig) -> None:

@@ -176,7 +176,7 @@ def test_coordinator_checks_compact_results_of_the_assignor() -> None:
 
     good = common_pb2.MemberTarget(member_id="w1")
     Items.of(["a"], [("a", 0), ("a", 1), ("a", 2)]).to_proto(good.connectors_and_tasks, compact_tasks=True)
-    by_member = validate_result([good], {"w1": None}, {"a": 3}, 0)
+    by_member, _ = validate_result([good], {"w1": None}, {"a": 3}, 0)
     assert target_items(by_member["w1"]) == Items.of(["a"], [("a", 0), ("a", 1), ("a", 2)])
 
     def rejected(first: int, count: int) -> str:
