@@ -93,6 +93,19 @@ async def build_group(cs: CoordinatorServicer, ad: AdminServicer, members: int) 
     return steady
 
 
+async def in_process_runtime(tmp: str) -> tuple[CoordinatorRuntime, CoordinatorServicer, AdminServicer]:
+    """A coordinator runtime on SQLite under ``tmp``, started in this process (sessions of 60 s,
+    heartbeats every 5 s), with its two servicers called directly."""
+    storage = Storage(f"sqlite:///{tmp}/bench.db")
+    storage.open()
+    config = load_server_config(
+        None, ["group.connect.session.timeout.ms=60000", "group.connect.heartbeat.interval.ms=5000"]
+    )
+    runtime = CoordinatorRuntime(GroupCoordinator(config), storage)
+    await runtime.start("127.0.0.1:1")
+    return runtime, CoordinatorServicer(runtime), AdminServicer(runtime)
+
+
 def per_call_us(
     call: Callable[[Any], Any], requests: list[Any], calls: int, between: Callable[[], None] | None
 ) -> float:
@@ -114,14 +127,7 @@ async def main() -> int:
     os.sched_setaffinity(0, {0})
     gc.set_threshold(20_000, 50, 100)  # as `connect-coordinator serve`
     with tempfile.TemporaryDirectory() as tmp:
-        storage = Storage(f"sqlite:///{tmp}/bench.db")
-        storage.open()
-        config = load_server_config(
-            None, ["group.connect.session.timeout.ms=60000", "group.connect.heartbeat.interval.ms=5000"]
-        )
-        runtime = CoordinatorRuntime(GroupCoordinator(config), storage)
-        await runtime.start("127.0.0.1:1")
-        cs, ad = CoordinatorServicer(runtime), AdminServicer(runtime)
+        runtime, cs, ad = await in_process_runtime(tmp)
         requests = await build_group(cs, ad, args.members)
         await runtime.barrier()
         gc.collect()
