@@ -21,6 +21,7 @@ from typing import Any
 import services.assignor
 from connect.coordinator.v1 import assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.coordinator.assignment import send_items_once
 from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.records import MemberMetadata, RebalanceEvent, Record
 from services.coordinator.state import CoordinatorState, InvariantViolation
@@ -490,7 +491,14 @@ class CoordinatorNode:
         if self.paused(now):
             self.sim.schedule(self.paused_until, self._assignor_answered, incarnation, job, response)
             return False
-        resp = response if response is not None else services.assignor.assign(job.request)
+        if response is not None:
+            resp = response
+        else:
+            # Every other assignment goes with each member's items once, as the runtime sends it to
+            # a service that reads that form (the same request object: the snapshot's remembered
+            # entries must survive it). Decided by the epoch, not the rng: seeds keep their runs.
+            request = send_items_once(job.request) if job.group_epoch % 2 else job.request
+            resp = services.assignor.assign(request)
         self.sim.trace(f"assignor answers epoch {job.group_epoch} (error {resp.error})")
         ticket = self.execute(
             lambda core, t: core.complete_service_assignment(job.group_id, job.group_epoch, resp, t), now, None

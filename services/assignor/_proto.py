@@ -122,7 +122,7 @@ def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str,
 
 def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> None:
     """Member ids present and unique, instance ids unique, each member's assignor entry the requested
-    one at a supported version. Checked with C-level passes first (a few milliseconds at 10,000
+    one at a supported version, no ``owned`` next to ``owned_is_target``. Checked with C-level passes first (a few milliseconds at 10,000
     members); the loop that names the culprit runs only when they find one."""
     ids = [m.member_id for m in members]
     distinct = set(ids)
@@ -134,6 +134,7 @@ def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorI
         and len(set(instances)) == len(instances)
         and {a.name for a in entries} <= {"", info.name}
         and all(info.minimum_version <= v <= info.maximum_version for v in {a.version for a in entries})
+        and not any(m.owned_is_target and m.HasField("owned") for m in members)
     ):
         return
     _name_member_error(members, info)
@@ -159,6 +160,10 @@ def _name_member_error(members: Sequence[common_pb2.GroupMember], info: Assignor
                     f"members[{i}].assignor.version {m.assignor.version} is outside {info.name}'s supported "
                     f"range [{info.minimum_version}, {info.maximum_version}]",
                 )
+        if m.owned_is_target and m.HasField("owned"):
+            raise InvalidInput(
+                common_pb2.INVALID_REQUEST, f"members[{i}].owned must be unset when members[{i}].owned_is_target is set"
+            )
 
 
 def _claim_unique(seen: dict[str, int], value: str, where: str, i: int, name: str) -> None:
@@ -258,14 +263,20 @@ def _vouched_target(msg: common_pb2.ConnectorsAndTasks, field: str) -> tuple[Ite
 
 class _LazyItems(Mapping[str, Items]):
     """Converts a member's message only when looked up: converting 100,000 owned tasks that the
-    assignor then never consults would cost several times the assignment itself."""
+    assignor then never consults would cost several times the assignment itself. A member that owns
+    exactly its target (``owned_is_target``) is answered with the target the core was given."""
 
-    def __init__(self, index: dict[str, int], members: Sequence[common_pb2.GroupMember]) -> None:
-        self._index, self._members = index, members
+    def __init__(
+        self, index: dict[str, int], members: Sequence[common_pb2.GroupMember], targets: Sequence[Items]
+    ) -> None:
+        self._index, self._members, self._targets = index, members, targets
 
     def __getitem__(self, member_id: str) -> Items:
         i = self._index[member_id]
-        return _items(self._members[i].owned, f"members[{i}].owned")
+        m = self._members[i]
+        if m.owned_is_target:
+            return self._targets[i]
+        return _items(m.owned, f"members[{i}].owned")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._index)
@@ -289,10 +300,12 @@ def to_input(
     }
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
+    # A live member's own target field wins; only the others are needed from the previous target.
+    # With items_once a listed member's entry is left empty: its target field holds its items.
+    skip = set(ids) if request.items_once else live_with_target
     for i, mt in enumerate(request.current_target.members):
-        # A live member's own target field wins; only the others are needed from the previous target.
         mid = mt.member_id
-        if not mid or mid in live_with_target:
+        if not mid or mid in skip:
             continue
         items = _items(mt.connectors_and_tasks, f"current_target.members[{i}].connectors_and_tasks")
         if mid in previous:
@@ -331,7 +344,7 @@ def to_input(
         members=members,
         connectors=connectors,
         previous_target=previous,
-        owned=_LazyItems({mid: i for i, mid in enumerate(ids)}, member_msgs),
+        owned=_LazyItems({mid: i for i, mid in enumerate(ids)}, member_msgs, [m.target for m in members]),
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
         max_delay_ms=max_delay_ms,

@@ -81,7 +81,7 @@ class AssignorServicer(assignor_pb2_grpc.ConnectAssignorServicer):
         self, request: assignor_pb2.ListAssignorsRequest, context: grpc.aio.ServicerContext
     ) -> assignor_pb2.ListAssignorsResponse:
         metrics.REQUESTS.labels("ListAssignors", "ok").inc()
-        return assignor_pb2.ListAssignorsResponse(assignors=_proto.list_assignors())
+        return assignor_pb2.ListAssignorsResponse(assignors=_proto.list_assignors(), reads_items_once=True)
 
 
 @dataclass

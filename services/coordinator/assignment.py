@@ -14,7 +14,7 @@ from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.item_index import ItemKey
-from services.coordinator.records import AssignorSpec
+from services.coordinator.records import AssignorSpec, TargetMemberValue
 from services.coordinator.state import AssignorKey, Group, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
@@ -147,6 +147,24 @@ def fill_snapshot(
     return req
 
 
+def send_items_once(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignRequest:
+    """``request`` with each member's items once (AssignRequest.items_once), changed in place: a
+    member that owns exactly its target gets ``owned_is_target`` instead of a copy in ``owned``,
+    and the current-target entry of a listed member leaves its items to that member's ``target``
+    (entries of members no longer listed keep theirs). Only for an assignor that reads this form."""
+    listed = set()
+    for gm in request.members:
+        listed.add(gm.member_id)
+        if gm.owned == gm.target:  # a C-level comparison; equal for every reconciled member
+            gm.ClearField("owned")
+            gm.owned_is_target = True
+    for mt in request.current_target.members:
+        if mt.member_id in listed:
+            mt.ClearField("connectors_and_tasks")
+    request.items_once = True
+    return request
+
+
 class InvalidAssignment(Exception):
     pass
 
@@ -156,7 +174,7 @@ def validate_result(
     snapshot_members: Mapping[str, str | None],
     snapshot_connectors: Mapping[str, int],
     rebalance_delay_ms: int,
-    kept: Mapping[str, tuple[common_pb2.MemberTarget, Items]] | None = None,
+    kept: Mapping[str, tuple[common_pb2.ConnectorsAndTasks, TargetMemberValue]] | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
 ) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
@@ -164,11 +182,12 @@ def validate_result(
     purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
 
     ``kept``: entries of the input's current target the caller vouches for (each item configured in
-    the snapshot, in one entry only, and still the member's target), as handed out, with their
-    items; ``kept_owner`` finds which member's kept entry holds an item. A member given back exactly
-    its entry is not checked item by item again: only the items of the members whose target changes
-    are, against each other and against the kept entries. Returns each member's entry and, for
-    those given back unchanged, their items."""
+    the snapshot, in one entry only, and still the member's target): the items as handed out, with
+    the value they were built from; ``kept_owner`` finds which member's kept entry holds an item. A
+    member given back exactly its entry (the same items message, error, version and metadata) is not
+    checked item by item again: only the items of the members whose target changes are, against
+    each other and against the kept entries. Returns each member's entry and, for those given back
+    unchanged, their items."""
     by_member: dict[str, common_pb2.MemberTarget] = {}
     unchanged: dict[str, Items] = {}
     changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
@@ -181,8 +200,14 @@ def validate_result(
             raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
         by_member[mid] = mt
         known = kept.get(mid)
-        if known is not None and known[0] == mt:  # C-level comparison of the two messages
-            unchanged[mid] = known[1]
+        if (
+            known is not None
+            and known[0] == mt.connectors_and_tasks  # a C-level comparison of the two messages
+            and mt.error == known[1].error
+            and mt.version == known[1].version
+            and mt.metadata == known[1].metadata
+        ):
+            unchanged[mid] = known[1].items
         else:
             changed.append((i, mid, mt))
     # Holder of an item among the members given back unchanged (None: none of them).

@@ -119,10 +119,14 @@ class AssignmentProcess(CoreBase):
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
         if request.current_target_checked:
+            # Each entry's items as handed out: a listed member's `target` field (the message that
+            # stays whole when the request is sent with items once), else its current-target entry.
             values = group.target_members
-            inflight.snapshot_targets = {
-                mt.member_id: (mt, values[mt.member_id]) for mt in request.current_target.members
+            handed: dict[str, common_pb2.ConnectorsAndTasks] = {
+                mt.member_id: mt.connectors_and_tasks for mt in request.current_target.members
             }
+            handed.update((gm.member_id, gm.target) for gm in request.members if gm.member_id in values)
+            inflight.snapshot_targets = {mid: (msg, values[mid]) for mid, msg in handed.items()}
         else:
             inflight.snapshot_targets = {}
         return request
@@ -282,9 +286,9 @@ class AssignmentProcess(CoreBase):
         # item by item (at 10,000 members that was most of an install).
         targets = group.target_members
         kept = {
-            mid: (msg, value.items)
-            for mid, (msg, value) in inflight.snapshot_targets.items()
-            if targets.get(mid) is value and mid in group.members
+            mid: handed
+            for mid, handed in inflight.snapshot_targets.items()
+            if targets.get(mid) is handed[1] and mid in group.members
         }
         try:
             by_member, unchanged = validate_result(

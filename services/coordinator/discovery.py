@@ -37,6 +37,8 @@ VersionRange = tuple[int, int]
 
 class AssignorServiceClient(Protocol):
     address: str
+    # The service reads AssignRequest.items_once (its last ListAssignors answer said so).
+    reads_items_once: bool
 
     async def assign(self, request: assignor_pb2.AssignRequest, timeout_s: float) -> assignor_pb2.AssignResponse: ...
 

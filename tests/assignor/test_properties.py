@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from connect.coordinator.v1 import assignor_pb2
 from services.assignor import INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, assign
 from services.common.items import EMPTY, Items, TaskId, all_items
+from services.coordinator.assignment import send_items_once
 from tests.assignor.kit import DELAY, Group, assert_balanced, check_installable, items_of
 
 NAMES = ["a", "b", "c", "d", "e", "f"]
@@ -245,6 +246,27 @@ def test_a_target_the_coordinator_vouches_for_gets_the_answer_a_checked_one_gets
             group.assign(reconcile=bool(arg))
             vouched = True
     event(f"answers compared: {min(compared, 3)}{'+' if compared >= 3 else ''}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, ops)
+def test_items_sent_once_get_the_answer_the_full_request_gets(
+    conns: dict[str, int], history: list[tuple[str, object]]
+) -> None:
+    """`items_once`, as the coordinator sends it to a service that reads it: a member that owns
+    exactly its target is sent `owned_is_target`, a listed member's current-target entry is left
+    empty. Same answer as the complete request, whatever the history (members that still revoke or
+    wait own something else; departed members keep their entries)."""
+    group = Group(dict(conns)).join("m0", "m1", "m2")
+    group.assign()
+    shared = 0
+    for op, arg in history:
+        if not apply_change(group, op, arg) and op == "assign":
+            once = send_items_once(group.request())
+            shared += sum(gm.owned_is_target for gm in once.members)
+            assert assign(once) == assign(group.request())
+            group.assign(reconcile=bool(arg))
+    event(f"members sent owned_is_target: {min(shared, 3)}{'+' if shared >= 3 else ''}")
 
 
 @settings(max_examples=100, deadline=None)

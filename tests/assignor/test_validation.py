@@ -102,6 +102,12 @@ CASES: list[tuple[str, Edit, int, str]] = [
         common_pb2.INVALID_REQUEST,
         "connectors[0].task_count brings the group to",
     ),
+    (
+        "owned next to owned_is_target",
+        _set("members.1.owned_is_target", True),
+        common_pb2.INVALID_REQUEST,
+        "members[1].owned must be unset when members[1].owned_is_target is set",
+    ),
     ("delay not a number", _config("soon"), common_pb2.INVALID_REQUEST, f'group_configs["{MAX_DELAY_CONFIG}"]'),
     ("negative delay", _config("-5"), common_pb2.INVALID_REQUEST, f'group_configs["{MAX_DELAY_CONFIG}"]'),
     ("delay beyond int32", _config(str(2**31)), common_pb2.INVALID_REQUEST, "must be an integer in [0, 2147483647]"),

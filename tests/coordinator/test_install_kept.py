@@ -16,6 +16,7 @@ from connect.coordinator.v1 import common_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
 from services.coordinator.assignment import InvalidAssignment, target_items, validate_result
+from services.coordinator.records import TargetMemberValue
 from tests.coordinator.harness import items
 
 CONNECTORS = {"a": 3, "b": 2, "c": 1}
@@ -36,6 +37,11 @@ def entry(mid: str, its: Items, version: int = 2) -> common_pb2.MemberTarget:
     mt = common_pb2.MemberTarget(member_id=mid, version=version)
     its.to_proto(mt.connectors_and_tasks)
     return mt
+
+
+def handed(target: dict[str, Items]) -> dict[str, tuple[common_pb2.ConnectorsAndTasks, TargetMemberValue]]:
+    """What the coordinator remembers of a snapshot: each entry's items as encoded, with its value."""
+    return {mid: (its.to_proto(), TargetMemberValue(its, 0, 2, b"")) for mid, its in target.items()}
 
 
 @st.composite
@@ -81,7 +87,7 @@ def test_keeping_unchanged_entries_accepts_and_refuses_what_the_full_check_does(
     members = data.draw(result(target))
     delay = data.draw(st.sampled_from([0, 0, 5_000]))
     snapshot_members = dict.fromkeys(MEMBERS)
-    handed_out = {mid: (entry(mid, its), its) for mid, its in target.items()}
+    handed_out = handed(target)
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
 
     full = outcome(lambda: validate_result(members, snapshot_members, CONNECTORS, delay))
@@ -98,7 +104,7 @@ def test_keeping_unchanged_entries_accepts_and_refuses_what_the_full_check_does(
 
 def test_an_unchanged_entry_is_kept_as_it_is_and_a_changed_one_checked_against_it() -> None:
     target = {"w1": items("a", "a-0", "a-1"), "w2": items("b", "a-2", "b-0", "b-1", "c", "c-0")}
-    handed_out = {mid: (entry(mid, its), its) for mid, its in target.items()}
+    handed_out = handed(target)
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
     snapshot_members = dict.fromkeys(["w1", "w2", "w3"])
 
@@ -106,14 +112,18 @@ def test_an_unchanged_entry_is_kept_as_it_is_and_a_changed_one_checked_against_i
         return validate_result(members, snapshot_members, CONNECTORS, delay, handed_out, owner.get)[1]
 
     # w2 unchanged, w1 gives a-1 to the newcomer w3: only w1 and w3 are read item by item.
-    unchanged = check([entry("w1", items("a", "a-0")), handed_out["w2"][0], entry("w3", items("a-1"))])
+    unchanged = check([entry("w1", items("a", "a-0")), entry("w2", target["w2"]), entry("w3", items("a-1"))])
     assert unchanged == {"w2": target["w2"]} and unchanged["w2"] is target["w2"]
     # The newcomer is given something w2 keeps: both holders named.
     refused = [
-        ([entry("w1", target["w1"]), handed_out["w2"][0], entry("w3", items("b-1"))], "task b-1", 0),
-        ([handed_out["w1"][0], handed_out["w2"][0], entry("w3", items("c"))], "connector 'c'", 0),
+        ([entry("w1", target["w1"]), entry("w2", target["w2"]), entry("w3", items("b-1"))], "task b-1", 0),
+        ([entry("w1", target["w1"]), entry("w2", target["w2"]), entry("w3", items("c"))], "connector 'c'", 0),
         # w1's a-1 is in no target and there is no delay.
-        ([entry("w1", items("a", "a-0")), handed_out["w2"][0]], "1 connectors/tasks are unassigned (e.g. a-1)", 0),
+        (
+            [entry("w1", items("a", "a-0")), entry("w2", target["w2"])],
+            "1 connectors/tasks are unassigned (e.g. a-1)",
+            0,
+        ),
     ]
     for members, words, delay in refused:
         try:
@@ -125,7 +135,7 @@ def test_an_unchanged_entry_is_kept_as_it_is_and_a_changed_one_checked_against_i
         else:
             raise AssertionError(f"accepted {members}")
     # Held back on purpose (a delay): a missing item is fine, a duplicate still is not.
-    assert check([entry("w1", items("a", "a-0")), handed_out["w2"][0]], delay=5_000) == {"w2": target["w2"]}
+    assert check([entry("w1", items("a", "a-0")), entry("w2", target["w2"])], delay=5_000) == {"w2": target["w2"]}
 
 
 def test_an_install_through_the_coordinator_keeps_unchanged_targets_and_refuses_a_clash() -> None:

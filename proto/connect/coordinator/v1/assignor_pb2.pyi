@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AssignRequest(_message.Message):
-    __slots__ = ("assignor_name", "group_id", "group_epoch", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked")
+    __slots__ = ("assignor_name", "group_id", "group_epoch", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked", "items_once")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class AssignRequest(_message.Message):
     GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TARGET_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_ONCE_FIELD_NUMBER: _ClassVar[int]
     assignor_name: str
     group_id: str
     group_epoch: int
@@ -38,7 +39,8 @@ class AssignRequest(_message.Message):
     group_configs: _containers.ScalarMap[str, str]
     accept_task_ranges: bool
     current_target_checked: bool
-    def __init__(self, assignor_name: _Optional[str] = ..., group_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ...) -> None: ...
+    items_once: bool
+    def __init__(self, assignor_name: _Optional[str] = ..., group_id: _Optional[str] = ..., group_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ..., items_once: _Optional[bool] = ...) -> None: ...
 
 class AssignResponse(_message.Message):
     __slots__ = ("error", "error_message", "members", "assignor_state", "rebalance_delay_ms")
@@ -59,7 +61,9 @@ class ListAssignorsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListAssignorsResponse(_message.Message):
-    __slots__ = ("assignors",)
+    __slots__ = ("assignors", "reads_items_once")
     ASSIGNORS_FIELD_NUMBER: _ClassVar[int]
+    READS_ITEMS_ONCE_FIELD_NUMBER: _ClassVar[int]
     assignors: _containers.RepeatedCompositeFieldContainer[_common_pb2.Assignor]
-    def __init__(self, assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ...) -> None: ...
+    reads_items_once: bool
+    def __init__(self, assignors: _Optional[_Iterable[_Union[_common_pb2.Assignor, _Mapping]]] = ..., reads_items_once: _Optional[bool] = ...) -> None: ...

@@ -125,7 +125,7 @@ class TargetAssignment(_message.Message):
     def __init__(self, assignment_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberTarget, _Mapping]]] = ...) -> None: ...
 
 class GroupMember(_message.Message):
-    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target")
+    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target", "owned_is_target")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class GroupMember(_message.Message):
     ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
+    OWNED_IS_TARGET_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     member_epoch: int
     instance_id: str
@@ -140,4 +141,5 @@ class GroupMember(_message.Message):
     assignor: Assignor
     owned: ConnectorsAndTasks
     target: ConnectorsAndTasks
-    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ...) -> None: ...
+    owned_is_target: bool
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., owned_is_target: _Optional[bool] = ...) -> None: ...
