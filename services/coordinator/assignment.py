@@ -174,7 +174,8 @@ def validate_result(
     snapshot_members: Mapping[str, str | None],
     snapshot_connectors: Mapping[str, int],
     rebalance_delay_ms: int,
-    kept: Mapping[str, tuple[common_pb2.ConnectorsAndTasks, TargetMemberValue]] | None = None,
+    kept: Mapping[str, tuple[common_pb2.MemberTarget, common_pb2.ConnectorsAndTasks | None, TargetMemberValue]]
+    | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
 ) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
@@ -182,9 +183,11 @@ def validate_result(
     purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
 
     ``kept``: entries of the input's current target the caller vouches for (each item configured in
-    the snapshot, in one entry only, and still the member's target): the items as handed out, with
-    the value they were built from; ``kept_owner`` finds which member's kept entry holds an item. A
-    member given back exactly its entry (the same items message, error, version and metadata) is not
+    the snapshot, in one entry only, and still the member's target): the entry as handed out; its
+    items where they stay whole in a request sent with items once, whose entries' own items are
+    cleared (None for a snapshot never sent so); and the value they were built from. ``kept_owner``
+    finds which member's kept entry holds an item. A member given back exactly its entry (one
+    C-level comparison of the two messages; else the same items, error, version and metadata) is not
     checked item by item again: only the items of the members whose target changes are, against
     each other and against the kept entries. Returns each member's entry and, for those given back
     unchanged, their items."""
@@ -200,14 +203,17 @@ def validate_result(
             raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
         by_member[mid] = mt
         known = kept.get(mid)
-        if (
-            known is not None
-            and known[0] == mt.connectors_and_tasks  # a C-level comparison of the two messages
-            and mt.error == known[1].error
-            and mt.version == known[1].version
-            and mt.metadata == known[1].metadata
+        if known is not None and (
+            known[0] == mt
+            or (
+                known[1] is not None
+                and known[1] == mt.connectors_and_tasks
+                and mt.error == known[2].error
+                and mt.version == known[2].version
+                and mt.metadata == known[2].metadata
+            )
         ):
-            unchanged[mid] = known[1].items
+            unchanged[mid] = known[2].items
         else:
             changed.append((i, mid, mt))
     # Holder of an item among the members given back unchanged (None: none of them).

@@ -118,15 +118,19 @@ class AssignmentProcess(CoreBase):
         inflight.snapshot_connectors = dict(group.connectors)
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
-        if request.current_target_checked:
-            # Each entry's items as handed out: a listed member's `target` field (the message that
-            # stays whole when the request is sent with items once), else its current-target entry.
-            values = group.target_members
-            handed: dict[str, common_pb2.ConnectorsAndTasks] = {
-                mt.member_id: mt.connectors_and_tasks for mt in request.current_target.members
+        values = group.target_members
+        if request.current_target_checked and isinstance(request, assignor_pb2.AssignRequest):
+            # Each entry as handed out, and its items where they stay whole if the runtime sends the
+            # request with items once (a service that reads it): a listed member's `target` field.
+            listed: dict[str, common_pb2.ConnectorsAndTasks] = {gm.member_id: gm.target for gm in request.members}
+            inflight.snapshot_targets = {
+                mt.member_id: (mt, listed.get(mt.member_id, mt.connectors_and_tasks), values[mt.member_id])
+                for mt in request.current_target.members
             }
-            handed.update((gm.member_id, gm.target) for gm in request.members if gm.member_id in values)
-            inflight.snapshot_targets = {mid: (msg, values[mid]) for mid, msg in handed.items()}
+        elif request.current_target_checked:  # Prepare's response goes out as it is
+            inflight.snapshot_targets = {
+                mt.member_id: (mt, None, values[mt.member_id]) for mt in request.current_target.members
+            }
         else:
             inflight.snapshot_targets = {}
         return request
@@ -288,7 +292,7 @@ class AssignmentProcess(CoreBase):
         kept = {
             mid: handed
             for mid, handed in inflight.snapshot_targets.items()
-            if targets.get(mid) is handed[1] and mid in group.members
+            if targets.get(mid) is handed[2] and mid in group.members
         }
         try:
             by_member, unchanged = validate_result(

@@ -112,11 +112,12 @@ class InFlightAssignment:
     assignor_name: str = ""
     # The group's `connector_shrinks` when the snapshot was taken.
     snapshot_shrinks: int = 0
-    # When the coordinator vouched for the snapshot's current target: each target member's items as
-    # they were handed out (a ConnectorsAndTasks message) with the value they were built from. A
-    # result that gives a member exactly that entry back leaves its target as it is (nothing to
-    # decode or check again, see `_install`).
-    snapshot_targets: dict[str, tuple[Any, TargetMemberValue]] = field(default_factory=dict)
+    # When the coordinator vouched for the snapshot's current target: each target member's entry as
+    # it was handed out (a MemberTarget), its items where they stay whole when the request goes with
+    # items once (a ConnectorsAndTasks), and the value they were built from. A result that gives a
+    # member exactly that entry back leaves its target as it is (nothing to decode or check again,
+    # see `_install`).
+    snapshot_targets: dict[str, tuple[Any, Any, TargetMemberValue]] = field(default_factory=dict)
 
     @property
     def prepared(self) -> bool:

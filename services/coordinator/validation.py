@@ -142,10 +142,10 @@ def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: 
 def check_install(
     req: coordinator_pb2.ConnectGroupInstallAssignmentRequest,
     cfg: ServerConfig = DEFAULTS,
-    handed_out: Mapping[str, tuple[common_pb2.ConnectorsAndTasks, object]] | None = None,
+    handed_out: Mapping[str, tuple[common_pb2.MemberTarget, object, object]] | None = None,
 ) -> None:
-    """``handed_out``: items the coordinator built itself (Prepare's current target, by member); a
-    member entry whose items equal those is not checked item by item again."""
+    """``handed_out``: entries the coordinator built itself (Prepare's current target, by member); a
+    member entry equal to its own is not checked item by item again."""
     check_member_request(req.group_id, req.member_id, req.member_epoch, cfg)
     if req.group_epoch < 0:
         raise invalid(f"group_epoch must be >= 0, got {req.group_epoch}")
@@ -164,7 +164,7 @@ def check_install(
         for i, m in enumerate(req.members):
             check_id(m.member_id, f"members[{i}].member_id", cfg=cfg)
             own = handed_out.get(m.member_id)
-            if own is None or own[0] != m.connectors_and_tasks:
+            if own is None or own[0] != m:
                 check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks", cfg)
 
 

@@ -39,9 +39,21 @@ def entry(mid: str, its: Items, version: int = 2) -> common_pb2.MemberTarget:
     return mt
 
 
-def handed(target: dict[str, Items]) -> dict[str, tuple[common_pb2.ConnectorsAndTasks, TargetMemberValue]]:
-    """What the coordinator remembers of a snapshot: each entry's items as encoded, with its value."""
-    return {mid: (its.to_proto(), TargetMemberValue(its, 0, 2, b"")) for mid, its in target.items()}
+def handed(
+    target: dict[str, Items], form: str = "service"
+) -> dict[str, tuple[common_pb2.MemberTarget, common_pb2.ConnectorsAndTasks | None, TargetMemberValue]]:
+    """What the coordinator remembers of a snapshot: each entry as handed out, its items, its value.
+    ``form``: "service" (an AssignRequest sent whole), "items-once" (sent with items once: the
+    entries' own items were cleared on the way out, the separate items message is whole), "prepare"
+    (Prepare's response: no separate items message)."""
+    out = {}
+    for mid, its in target.items():
+        mt = entry(mid, its)
+        items_msg = its.to_proto() if form != "prepare" else None
+        if form == "items-once":
+            mt.ClearField("connectors_and_tasks")
+        out[mid] = (mt, items_msg, TargetMemberValue(its, 0, 2, b""))
+    return out
 
 
 @st.composite
@@ -87,7 +99,7 @@ def test_keeping_unchanged_entries_accepts_and_refuses_what_the_full_check_does(
     members = data.draw(result(target))
     delay = data.draw(st.sampled_from([0, 0, 5_000]))
     snapshot_members = dict.fromkeys(MEMBERS)
-    handed_out = handed(target)
+    handed_out = handed(target, data.draw(st.sampled_from(["service", "items-once", "prepare"])))
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
 
     full = outcome(lambda: validate_result(members, snapshot_members, CONNECTORS, delay))
