@@ -14,8 +14,8 @@ from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.item_index import ItemKey
-from services.coordinator.records import AssignorSpec, TargetMemberValue
-from services.coordinator.state import AssignorKey, Group, Member
+from services.coordinator.records import AssignorSpec
+from services.coordinator.state import AssignorKey, Group, HandedOut, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
 
@@ -174,8 +174,7 @@ def validate_result(
     snapshot_members: Mapping[str, str | None],
     snapshot_connectors: Mapping[str, int],
     rebalance_delay_ms: int,
-    kept: Mapping[str, tuple[common_pb2.MemberTarget, common_pb2.ConnectorsAndTasks | None, TargetMemberValue]]
-    | None = None,
+    kept: Mapping[str, HandedOut] | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
 ) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
@@ -183,45 +182,19 @@ def validate_result(
     purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
 
     ``kept``: entries of the input's current target the caller vouches for (each item configured in
-    the snapshot, in one entry only, and still the member's target): the entry as handed out; its
-    items where they stay whole in a request sent with items once, whose entries' own items are
-    cleared (None for a snapshot never sent so); and the value they were built from. ``kept_owner``
-    finds which member's kept entry holds an item. A member given back exactly its entry (one
-    C-level comparison of the two messages; else the same items, error, version and metadata) is not
-    checked item by item again: only the items of the members whose target changes are, against
-    each other and against the kept entries. Returns each member's entry and, for those given back
-    unchanged, their items."""
-    by_member: dict[str, common_pb2.MemberTarget] = {}
-    unchanged: dict[str, Items] = {}
-    changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
-    kept = kept or {}
-    for i, mt in enumerate(members):
-        mid = mt.member_id
-        if mid not in snapshot_members:
-            raise InvalidAssignment(f"members[{i}].member_id '{mid}' was not a member when the assignment was prepared")
-        if mid in by_member:
-            raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
-        by_member[mid] = mt
-        known = kept.get(mid)
-        if known is not None and (
-            known[0] == mt
-            or (
-                known[1] is not None
-                and known[1] == mt.connectors_and_tasks
-                and mt.error == known[2].error
-                and mt.version == known[2].version
-                and mt.metadata == known[2].metadata
-            )
-        ):
-            unchanged[mid] = known[2].items
-        else:
-            changed.append((i, mid, mt))
-    # Holder of an item among the members given back unchanged (None: none of them).
-    owner = kept_owner if kept_owner is not None and unchanged else _nobody
+    the snapshot, in one entry only, and still the member's target), as handed out; ``kept_owner``
+    finds which member's kept entry holds an item. A member given back exactly its entry
+    (`_given_back`) is not checked item by item again: only the items of the members whose target
+    changes are, against each other and against the kept entries. Returns each member's entry and,
+    for those given back unchanged, their items."""
+    by_member, unchanged, changed = _sort_members(members, snapshot_members, kept or {})
 
     def kept_holder(key: ItemKey) -> str | None:
-        holder = owner(key)
-        return holder if holder is not None and holder in unchanged else None
+        """The member given back unchanged that holds ``key``, if any."""
+        if not unchanged or kept_owner is None:
+            return None
+        holder = kept_owner(key)
+        return holder if holder in unchanged else None
 
     seen: dict[ItemKey, str] = {}
 
@@ -261,8 +234,45 @@ def validate_result(
     return by_member, unchanged
 
 
-def _nobody(key: ItemKey) -> str | None:
-    return None
+def _sort_members(
+    members: Iterable[common_pb2.MemberTarget],
+    snapshot_members: Mapping[str, str | None],
+    kept: Mapping[str, HandedOut],
+) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget]]]:
+    """Each member's entry (every member known, none twice: else InvalidAssignment); the items of
+    those given back their kept entry; the others, with their index, to be checked item by item."""
+    by_member: dict[str, common_pb2.MemberTarget] = {}
+    unchanged: dict[str, Items] = {}
+    changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
+    for i, mt in enumerate(members):
+        mid = mt.member_id
+        if mid not in snapshot_members:
+            raise InvalidAssignment(f"members[{i}].member_id '{mid}' was not a member when the assignment was prepared")
+        if mid in by_member:
+            raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
+        by_member[mid] = mt
+        known = kept.get(mid)
+        if known is not None and _given_back(known, mt):
+            unchanged[mid] = known.value.items
+        else:
+            changed.append((i, mid, mt))
+    return by_member, unchanged, changed
+
+
+def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
+    """Whether ``mt`` is the entry handed out: one C-level comparison of the two messages, or, when
+    the entry's own items were cleared on the way out (items once), the same items, error, version
+    and metadata."""
+    if handed.entry == mt:
+        return True
+    value = handed.value
+    return (
+        handed.items is not None
+        and handed.items == mt.connectors_and_tasks
+        and mt.error == value.error
+        and mt.version == value.version
+        and mt.metadata == value.metadata
+    )
 
 
 def target_items(mt: common_pb2.MemberTarget) -> Items:

@@ -37,6 +37,7 @@ from services.coordinator.records import (
 )
 from services.coordinator.state import (
     Group,
+    HandedOut,
     InFlightAssignment,
     assignors_key,
 )
@@ -118,21 +119,19 @@ class AssignmentProcess(CoreBase):
         inflight.snapshot_connectors = dict(group.connectors)
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
-        values = group.target_members
-        if request.current_target_checked and isinstance(request, assignor_pb2.AssignRequest):
-            # Each entry as handed out, and its items where they stay whole if the runtime sends the
-            # request with items once (a service that reads it): a listed member's `target` field.
-            listed: dict[str, common_pb2.ConnectorsAndTasks] = {gm.member_id: gm.target for gm in request.members}
+        inflight.snapshot_targets = {}
+        if request.current_target_checked:
+            # Only a service request may be sent with items once (see HandedOut.items).
+            listed: dict[str, common_pb2.ConnectorsAndTasks] = (
+                {gm.member_id: gm.target for gm in request.members}
+                if isinstance(request, assignor_pb2.AssignRequest)
+                else {}
+            )
+            values = group.target_members
             inflight.snapshot_targets = {
-                mt.member_id: (mt, listed.get(mt.member_id, mt.connectors_and_tasks), values[mt.member_id])
+                mt.member_id: HandedOut(mt, listed.get(mt.member_id), values[mt.member_id])
                 for mt in request.current_target.members
             }
-        elif request.current_target_checked:  # Prepare's response goes out as it is
-            inflight.snapshot_targets = {
-                mt.member_id: (mt, None, values[mt.member_id]) for mt in request.current_target.members
-            }
-        else:
-            inflight.snapshot_targets = {}
         return request
 
     def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
@@ -292,7 +291,7 @@ class AssignmentProcess(CoreBase):
         kept = {
             mid: handed
             for mid, handed in inflight.snapshot_targets.items()
-            if targets.get(mid) is handed[2] and mid in group.members
+            if targets.get(mid) is handed.value and mid in group.members
         }
         try:
             by_member, unchanged = validate_result(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.common.items import EMPTY, Items
 from services.coordinator.item_index import ItemIndex, ItemKey
@@ -98,6 +98,17 @@ class Member:
         return None
 
 
+class HandedOut(NamedTuple):
+    """A target entry as the coordinator handed it out in a snapshot it vouched for."""
+
+    entry: Any  # the current-target entry (a MemberTarget), as sent
+    # A listed member's `target` field (a ConnectorsAndTasks) when the snapshot is an AssignRequest:
+    # it stays whole when the runtime sends the request with items once, which clears the entry's
+    # own items. None in Prepare's response, which goes out as it is.
+    items: Any | None
+    value: TargetMemberValue  # what both were built from
+
+
 @dataclass(slots=True)
 class InFlightAssignment:
     """The assignment being computed: by whom, until when, and from which snapshot of the group."""
@@ -112,12 +123,10 @@ class InFlightAssignment:
     assignor_name: str = ""
     # The group's `connector_shrinks` when the snapshot was taken.
     snapshot_shrinks: int = 0
-    # When the coordinator vouched for the snapshot's current target: each target member's entry as
-    # it was handed out (a MemberTarget), its items where they stay whole when the request goes with
-    # items once (a ConnectorsAndTasks), and the value they were built from. A result that gives a
-    # member exactly that entry back leaves its target as it is (nothing to decode or check again,
-    # see `_install`).
-    snapshot_targets: dict[str, tuple[Any, Any, TargetMemberValue]] = field(default_factory=dict)
+    # When the coordinator vouched for the snapshot's current target, each target member's entry as
+    # handed out. A result that gives a member exactly that entry back leaves its target as it is
+    # (nothing to decode or check again, see `_install`).
+    snapshot_targets: dict[str, HandedOut] = field(default_factory=dict)
 
     @property
     def prepared(self) -> bool:

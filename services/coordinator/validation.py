@@ -11,6 +11,7 @@ from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.coordinator.config import ServerConfig
 from services.coordinator.errors import clip, invalid
+from services.coordinator.state import HandedOut
 
 MAX_ID_LENGTH = ServerConfig.max_id_length
 MAX_URL_LENGTH = 4096
@@ -142,7 +143,7 @@ def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: 
 def check_install(
     req: coordinator_pb2.ConnectGroupInstallAssignmentRequest,
     cfg: ServerConfig = DEFAULTS,
-    handed_out: Mapping[str, tuple[common_pb2.MemberTarget, object, object]] | None = None,
+    handed_out: Mapping[str, HandedOut] | None = None,
 ) -> None:
     """``handed_out``: entries the coordinator built itself (Prepare's current target, by member); a
     member entry equal to its own is not checked item by item again."""
@@ -164,7 +165,7 @@ def check_install(
         for i, m in enumerate(req.members):
             check_id(m.member_id, f"members[{i}].member_id", cfg=cfg)
             own = handed_out.get(m.member_id)
-            if own is None or own[0] != m:
+            if own is None or own.entry != m:
                 check_items(m.connectors_and_tasks, f"members[{i}].connectors_and_tasks", cfg)
 
 

@@ -17,6 +17,7 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
 from services.coordinator.assignment import InvalidAssignment, target_items, validate_result
 from services.coordinator.records import TargetMemberValue
+from services.coordinator.state import HandedOut
 from tests.coordinator.harness import items
 
 CONNECTORS = {"a": 3, "b": 2, "c": 1}
@@ -39,9 +40,7 @@ def entry(mid: str, its: Items, version: int = 2) -> common_pb2.MemberTarget:
     return mt
 
 
-def handed(
-    target: dict[str, Items], form: str = "service"
-) -> dict[str, tuple[common_pb2.MemberTarget, common_pb2.ConnectorsAndTasks | None, TargetMemberValue]]:
+def handed(target: dict[str, Items], form: str = "service") -> dict[str, HandedOut]:
     """What the coordinator remembers of a snapshot: each entry as handed out, its items, its value.
     ``form``: "service" (an AssignRequest sent whole), "items-once" (sent with items once: the
     entries' own items were cleared on the way out, the separate items message is whole), "prepare"
@@ -52,7 +51,7 @@ def handed(
         items_msg = its.to_proto() if form != "prepare" else None
         if form == "items-once":
             mt.ClearField("connectors_and_tasks")
-        out[mid] = (mt, items_msg, TargetMemberValue(its, 0, 2, b""))
+        out[mid] = HandedOut(mt, items_msg, TargetMemberValue(its, 0, 2, b""))
     return out
 
 
