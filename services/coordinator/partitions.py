@@ -258,11 +258,15 @@ class PartitionTable:
         """Drop every lease whose local validity ran out: stop serving it at once."""
         lost = tuple(p for p, h in self.held.items() if h.valid_until_ms <= now_ms)
         for p in lost:
-            del self.held[p]
-            owner = self._owners.get(p)
-            if owner is not None and owner.owner == self.replica_id:
-                self._owners[p] = LeaseRow(p, None, "", owner.epoch, owner.expires_ms)
+            self._forget(p)
         return Changes(lost=lost)
+
+    def _forget(self, partition: int) -> None:
+        """A lease that ran out locally: no longer held, and no longer named as this replica's."""
+        del self.held[partition]
+        owner = self._owners.get(partition)
+        if owner is not None and owner.owner == self.replica_id:
+            self._owners[partition] = LeaseRow(partition, None, "", owner.epoch, owner.expires_ms)
 
     def lose(self, partitions: Iterable[int]) -> Changes:
         """A write was fenced: these leases are someone else's now (or expired); stop serving them."""
@@ -273,11 +277,17 @@ class PartitionTable:
 
     def loaded(self, partition: int, epoch: int, now_ms: int | None = None) -> bool:
         """The partition's groups are in memory: serve it (False: it was lost, re-acquired, or --
-        with `now_ms` -- its lease ran out while it loaded)."""
+        with `now_ms` -- its lease ran out while it loaded).
+
+        A lease that ran out while it loaded is dropped here, as `expire` would: the load that saw
+        it is not retried, so keeping it held would let the next cycle renew a partition nobody
+        loads any more -- answered LOAD_IN_PROGRESS for ever. Dropped, it is acquired afresh (a
+        new epoch, a new load) once its database lease lapses."""
         h = self.held.get(partition)
         if h is None or h.epoch != epoch or h.state is not PartState.LOADING:
             return False
         if now_ms is not None and h.valid_until_ms <= now_ms:
+            self._forget(partition)
             return False
         h.state = PartState.OWNED
         return True

@@ -215,6 +215,12 @@ class Replica:
             by_group.setdefault(r.group_id, []).append(r)
         now = self.runtime.clock()
         ready = [p for p, epoch in acquired.items() if table.loaded(p, epoch, monotonic_ms())]
+        if len(ready) < len(acquired):
+            log.warning(
+                "partitions %s were lost or their lease ran out while they loaded: not served; acquired again once free",
+                sorted(set(acquired) - set(ready)),
+            )
+            self._observe()
         if not ready:
             return
         keep = set(ready)

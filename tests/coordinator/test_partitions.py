@@ -175,3 +175,25 @@ def test_exclusive_takes_a_dead_predecessors_leases_at_once() -> None:
     t = PartitionTable("a", "a:1", 2, 1000, exclusive=True)
     s = scan(0, {"dead": 5000, "a": 1000}, {0: ("dead", 4, 5000), 1: ("dead", 4, 5000)})
     assert t.plan(s).acquire == (0, 1)
+
+
+def test_a_lease_that_ran_out_while_loading_is_dropped_and_acquired_afresh() -> None:
+    # A replica paused (or a load slower than the lease) past its local validity: the load's result
+    # is thrown away, so the partition must not stay held -- the next cycle would renew it and
+    # nothing would ever load it (LOAD_IN_PROGRESS for ever).
+    t = table(count=1)
+    s = scan(0, {"a": 1000}, {0: (None, 0, 0)})
+    t.apply(Outcome(s, {}, {0: 7}, ()), started_ms=0)
+    assert not t.loaded(0, 7, now_ms=950)
+    assert 0 not in t.held
+    assert t.route("g", 951).kind is RouteKind.NOT_AVAILABLE
+    # The database still names a as the owner until its lease lapses: neither renewed nor taken early.
+    still = scan(960, {"a": 1960}, {0: ("a", 7, 1000)})
+    plan = t.plan(still)
+    assert plan.renew == {} and plan.acquire == ()
+    lapsed = scan(1000, {"a": 2000}, {0: ("a", 7, 1000)})
+    assert t.plan(lapsed).acquire == (0,)
+    changes = t.apply(Outcome(lapsed, {}, {0: 8}, ()), started_ms=1000)
+    assert changes.acquired == (0,)
+    assert t.loaded(0, 8, now_ms=1001)
+    assert t.route("g", 1001).kind is RouteKind.SERVE
