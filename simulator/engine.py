@@ -361,8 +361,10 @@ class Simulation:
         checkers.check_storage(self)
 
     def _check_convergence(self) -> None:
-        if self.now < self.net.last_chaos_delivery:
-            return  # messages from the fault window are still in flight
+        if self.now <= self.net.last_chaos_delivery:
+            # Messages from the fault window are still in flight -- also at the very ms of the last
+            # one: others due then may not have been delivered yet (a dead incarnation's late join).
+            return
         problem = self.convergence_problem()
         if problem == checkers.NOT_SERVING and self.replicated:
             return  # the partition is moving between replicas: judged again once one serves it

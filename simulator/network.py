@@ -93,7 +93,9 @@ class Network:
         node = sim.nodes[coord]
         desc = _describe_request(kind, body)
         if node.paused(now):  # SIGSTOPped: the request waits in the socket until the process runs again
-            sim.schedule(node.paused_until, self._at_coordinator, w, incarnation, kind, seq, body, coord)
+            # It is delivered then, possibly after the faults stopped: convergence is judged after it.
+            self.last_chaos_delivery = max(self.last_chaos_delivery, node.paused_until)
+            sim.schedule(node.paused_until, self._parked, w, incarnation, kind, seq, body, coord, node.incarnation)
             return False
         if w.partitioned:
             sim.stats.partition_drops += 1
@@ -124,6 +126,18 @@ class Network:
             lambda response: self.respond(w, incarnation, kind, seq, response, now),
         )
         return True
+
+    def _parked(
+        self, w: SimWorker, incarnation: int, kind: str, seq: int, body: Any, coord: int, process: int, now: int
+    ) -> bool:
+        """A request that waited in a paused coordinator's socket: handled when the process runs again,
+        unless it was killed meanwhile -- the connection, and the request in it, died with it (the
+        client sees no answer and retries; a new process never reads the old one's sockets)."""
+        node = self.sim.nodes[coord]
+        if node.incarnation != process:
+            self.sim.trace(f"{w.name} -> C {_describe_request(kind, body)}: lost with the killed coordinator")
+            return True
+        return self._at_coordinator(w, incarnation, kind, seq, body, coord, now)
 
     def _refused(self, w: SimWorker, incarnation: int, kind: str, seq: int, now: int) -> bool:
         if not w.up or w.incarnation != incarnation or w.member is None:

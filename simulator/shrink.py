@@ -86,7 +86,7 @@ class Shrinker:
     def _unused_workers(self) -> None:
         """Renumber the workers so that only those some event refers to remain."""
         s = self.scenario
-        used = sorted({e.w for e in s.events if e.w >= 0})
+        used = sorted({e.w for e in s.events if e.w >= 0}) or [0]  # a group needs one worker to converge
         if len(used) == len(s.workers):
             return
         index = {old: new for new, old in enumerate(used)}
