@@ -1,6 +1,6 @@
 """The coordinator's side of one assignment in a large group: the snapshot it hands out, the install.
 
-    .venv/bin/python bench/assignment_path_bench.py [--members 9990] [--joins 6] [--verbose]
+    .venv/bin/python bench/assignment_path_bench.py [--members 9990] [--joins 9] [--verbose]
 
 `bench/assignor_bench.py` times the assignor. This bench times what the coordinator itself spends,
 on its single event loop, for each assignment of a group of ``--members`` workers with ten tasks
@@ -14,9 +14,10 @@ incremental cooperative assignor (a worker's client-side computation, not timed 
   work done in this run the way the handler did it before: every set encoded on its own, then the
   whole input copied into the response (both inputs are checked to give the same bytes);
 * Install: the servicer's whole call (validation, the check of the result, records committed to
-  SQLite and applied), alternately with the entries given back unchanged kept as they are (the
-  default) and with that shortcut off (`snapshot_targets` cleared: every member decoded and checked
-  item by item, as before).
+  SQLite and applied), in turn: with the answer leaving out the members whose entry stands (the
+  default: Prepare says `accept_unchanged_omitted` and the built-in assignor does so), with every
+  member listed and those given back unchanged kept as they are, and with every member listed and
+  that shortcut off (`snapshot_targets` cleared: every member decoded and checked item by item).
 
 Full collections of the garbage collector during the measured part are counted with their length:
 the group's state is about a million objects, and a full collection walks all of them.
@@ -91,12 +92,18 @@ class Run:
     prepare_ms: float
     baseline_ms: float
     install_ms: float
-    kept: bool  # the shortcut on
+    mode: str  # one of MODES
     vouched: int  # snapshot entries vouched for
+    listed: int  # entries in the Install request
+
+
+# How the install is measured, in turn: the answer without the members whose entry stands (the
+# default), every member listed with the unchanged ones kept as they are, every member checked.
+MODES = ("omitted", "kept", "full")
 
 
 async def one_assignment(
-    runtime: CoordinatorRuntime, cs: CoordinatorServicer, group: Group, first: str, k: int, keep: bool
+    runtime: CoordinatorRuntime, cs: CoordinatorServicer, group: Group, first: str, k: int, mode: str
 ) -> Run:
     """One worker joins; the executor prepares, computes (not timed) and installs. The bench's
     first target was installed round-robin without the assignor's version in its entries, so no
@@ -138,15 +145,20 @@ async def one_assignment(
     now = build_snapshot(group, name, prepared.now_ms, configs)
     assert now.SerializeToString() == before.SerializeToString(), "the snapshot differs from the baseline's"
 
-    result = assign(assign_request(GROUP, prepared))
+    request = assign_request(GROUP, prepared)
+    assert request.accept_unchanged_omitted
+    request.accept_unchanged_omitted = mode == "omitted"
+    result = assign(request)
     assert result.error == 0, result.error_message
+    assert result.unchanged_omitted is (mode == "omitted")
     install = coordinator_pb2.ConnectGroupInstallAssignmentRequest(
         group_id=GROUP, member_id=executor, member_epoch=epoch, group_epoch=prepared.group_epoch
     )
     install.members.extend(result.members)
     install.assignor_state = result.assignor_state
+    install.unchanged_omitted = result.unchanged_omitted
     vouched = len(inflight.snapshot_targets)
-    if not keep:
+    if mode == "full":
         inflight.snapshot_targets = {}  # the shortcut off: every member checked item by item
     t = time.perf_counter()
     answer = await cs.ConnectGroupInstallAssignment(install, None)
@@ -154,13 +166,13 @@ async def one_assignment(
     assert answer.error_code == 0, answer.error_message
     assert group.assignment_epoch == prepared.group_epoch
     await runtime.barrier()
-    return Run(prepare, baseline, installed, keep, vouched)
+    return Run(prepare, baseline, installed, mode, vouched, len(install.members))
 
 
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=int, default=9_990)
-    ap.add_argument("--joins", type=int, default=6, help="assignments measured (half with each install path)")
+    ap.add_argument("--joins", type=int, default=9, help="assignments measured (a third with each install path)")
     ap.add_argument("--verbose", action="store_true", help="each install's time on stderr")
     args = ap.parse_args()
     gc.set_threshold(20_000, 50, 100)  # as `connect-coordinator serve`
@@ -190,7 +202,7 @@ async def main() -> int:
         gc.callbacks.append(on_gc)
 
         runs = [
-            await one_assignment(runtime, cs, group, steady[0].member_id, k, keep=k % 2 == 0)
+            await one_assignment(runtime, cs, group, steady[0].member_id, k, MODES[k % len(MODES)])
             for k in range(-1, args.joins)
         ][1:]  # the first, not measured: see one_assignment
         for k, run in enumerate(runs):
@@ -204,8 +216,9 @@ async def main() -> int:
 
     prepare_ms = [r.prepare_ms for r in runs]
     baseline_ms = [r.baseline_ms for r in runs]
-    install_ms = {keep: [r.install_ms for r in runs if r.kept == keep] for keep in (True, False)}
-    kept_counts = [r.vouched for r in runs if r.kept]
+    install_ms = {mode: [r.install_ms for r in runs if r.mode == mode] for mode in MODES}
+    kept_counts = [r.vouched for r in runs if r.mode != "full"]
+    listed = [r.listed for r in runs if r.mode == "omitted"]
     members, tasks = len(group.members), sum(group.connectors.values())
     print(f"One assignment of a group of {members:,} members / {tasks:,} tasks (worker mode, SQLite), ms:\n")
     print("| step | median | min | max | runs |")
@@ -213,8 +226,9 @@ async def main() -> int:
     rows = [
         ("Prepare (the servicer's call: the snapshot and the response)", prepare_ms),
         ("Prepare's work as before: every set encoded on its own, then copied into the response", baseline_ms),
-        ("Install, unchanged entries kept", install_ms[True]),
-        ("Install, every entry checked item by item (shortcut off)", install_ms[False]),
+        ("Install, the answer without the members whose entry stands", install_ms["omitted"]),
+        ("Install, every member listed, unchanged entries kept", install_ms["kept"]),
+        ("Install, every member listed and checked item by item (shortcut off)", install_ms["full"]),
     ]
     for label, values in rows:
         if values:
@@ -222,9 +236,13 @@ async def main() -> int:
                 f"| {label} | {statistics.median(values):.0f} | {min(values):.0f} | {max(values):.0f} | {len(values)} |"
             )
     print(f"\nSnapshot entries vouched for per assignment: {min(kept_counts):,}-{max(kept_counts):,}.")
-    if install_ms[True] and install_ms[False]:
-        ratio = statistics.median(install_ms[False]) / statistics.median(install_ms[True])
-        print(f"Install with the shortcut / without: {ratio:.1f}x faster.")
+    if listed:
+        print(f"Members listed in an Install without the unchanged ones: {min(listed):,}-{max(listed):,}.")
+    if all(install_ms.values()):
+        full, kept, omitted = (statistics.median(install_ms[m]) for m in ("full", "kept", "omitted"))
+        print(
+            f"Install: unchanged kept {full / kept:.1f}x faster than checked; left out {kept / omitted:.1f}x faster again."
+        )
     print(f"Prepare / baseline snapshot: {statistics.median(baseline_ms) / statistics.median(prepare_ms):.1f}x faster.")
     print(
         f"One full collection of this process (the group's state, the servicers), timed at the end: "

@@ -498,6 +498,8 @@ class CoordinatorNode:
             # a service that reads that form (the same request object: the snapshot's remembered
             # entries must survive it). Decided by the epoch, not the rng: seeds keep their runs.
             request = send_items_once(job.request) if job.group_epoch % 2 else job.request
+            # And every other pair of them lists every member (the coordinator's full install path).
+            request.accept_unchanged_omitted = request.accept_unchanged_omitted and not (job.group_epoch // 2) % 2
             resp = services.assignor.assign(request)
         self.sim.trace(f"assignor answers epoch {job.group_epoch} (error {resp.error})")
         ticket = self.execute(

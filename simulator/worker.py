@@ -273,6 +273,10 @@ class SimWorker:
             self.sim.net.request(self, kind, self.flow_rpc, action.request, now)
             self.sim.schedule(now + int(action.timeout_ms), self._flow_timeout, self.incarnation, self.flow_rpc)
         elif isinstance(action, Compute):
+            if action.group_epoch % 2:
+                # Every other assignment lists every member, as an assignor that does not leave
+                # out the unchanged ones answers (decided by the epoch, not the rng: seeds keep their runs).
+                action.request.accept_unchanged_omitted = False
             result = run_assignor(services.assignor.assign, action.request)
             if self.slow_compute_ms is not None:
                 duration, self.slow_compute_ms = self.slow_compute_ms, None

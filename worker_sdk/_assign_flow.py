@@ -68,6 +68,8 @@ def assign_request(
         accept_task_ranges=prepared.accept_task_ranges,
         # The coordinator vouches for its target (validated at install, no connector shrank since).
         current_target_checked=prepared.current_target_checked,
+        # The coordinator keeps the entries it handed out: unchanged members may be left out.
+        accept_unchanged_omitted=prepared.accept_unchanged_omitted,
     )
 
 
@@ -85,6 +87,7 @@ def install_request(
         req.members.extend(result.members)
         req.assignor_state = result.assignor_state
         req.rebalance_delay_ms = result.rebalance_delay_ms
+        req.unchanged_omitted = result.unchanged_omitted
     return req
 
 

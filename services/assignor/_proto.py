@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, cast
@@ -76,7 +76,19 @@ def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignRespons
         output = info.compute(inp)
     except compact.InvalidItems as e:
         return assignor_pb2.AssignResponse(error=common_pb2.INVALID_REQUEST, error_message=str(e)), None
-    return to_response(output, sources, _version(request, info), request.accept_task_ranges), output
+    version = _version(request, info)
+    omittable = _plain_entries(request, version) if request.accept_unchanged_omitted else None
+    return to_response(output, sources, version, request.accept_task_ranges, omittable), output
+
+
+def _plain_entries(request: assignor_pb2.AssignRequest, version: int) -> set[str]:
+    """The members whose current_target entry is what this assignor would answer for unchanged
+    items (no error, no metadata, this version): those it may leave out of the response."""
+    return {
+        mt.member_id
+        for mt in request.current_target.members
+        if mt.version == version and not mt.error and not mt.metadata
+    }
 
 
 def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int, dict[str, int]]:
@@ -358,16 +370,27 @@ def to_response(
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]],
     version: int,
     compact_tasks: bool = False,
+    omittable: Collection[str] | None = None,
 ) -> assignor_pb2.AssignResponse:
-    """The response; tasks as ``task_ranges`` only for a caller that set ``accept_task_ranges``."""
+    """The response; tasks as ``task_ranges`` only for a caller that set ``accept_task_ranges``.
+    ``omittable`` (the caller set ``accept_unchanged_omitted``): members whose current_target entry
+    equals what they would get when their items do not change -- left out when they do not."""
     response = assignor_pb2.AssignResponse(
         assignor_state=output.state.encode(), rebalance_delay_ms=output.rebalance_delay_ms
     )
+    if omittable is not None:
+        response.unchanged_omitted = True
+    else:
+        omittable = ()
     for member_id in sorted(output.targets):
         items = output.targets[member_id]
-        mt = response.members.add(member_id=member_id, version=version)
         source = sources.get(member_id)
-        if source is not None and source[0] is items:
+        unchanged = source is not None and source[0] is items
+        if unchanged and member_id in omittable:
+            continue  # the caller keeps its entry
+        mt = response.members.add(member_id=member_id, version=version)
+        if unchanged:
+            assert source is not None
             # Unchanged: copying the message it came in is far cheaper than rebuilding it item by item.
             mt.connectors_and_tasks.CopyFrom(source[1])
         else:

@@ -176,6 +176,7 @@ def validate_result(
     rebalance_delay_ms: int,
     kept: Mapping[str, HandedOut] | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
+    omitted: Mapping[str, HandedOut] | None = None,
 ) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
     assigned twice or unknown, and every item assigned -- unless the assignor holds work back on
@@ -186,8 +187,11 @@ def validate_result(
     finds which member's kept entry holds an item. A member given back exactly its entry
     (`_given_back`) is not checked item by item again: only the items of the members whose target
     changes are, against each other and against the kept entries. Returns each member's entry and,
-    for those given back unchanged, their items."""
-    by_member, unchanged, changed = _sort_members(members, snapshot_members, kept or {})
+    for those given back unchanged, their items.
+
+    ``omitted`` (the result said unchanged_omitted): the entries handed out, by member. A member of
+    the snapshot that has one and is not in ``members`` is given it back -- as if it were listed."""
+    by_member, unchanged, changed = _sort_members(members, snapshot_members, kept or {}, omitted)
 
     def kept_holder(key: ItemKey) -> str | None:
         """The member given back unchanged that holds ``key``, if any."""
@@ -238,9 +242,11 @@ def _sort_members(
     members: Iterable[common_pb2.MemberTarget],
     snapshot_members: Mapping[str, str | None],
     kept: Mapping[str, HandedOut],
+    omitted: Mapping[str, HandedOut] | None = None,
 ) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget]]]:
     """Each member's entry (every member known, none twice: else InvalidAssignment); the items of
-    those given back their kept entry; the others, with their index, to be checked item by item."""
+    those given back their kept entry; the others, with their index, to be checked item by item
+    (the index of an omitted entry counts on after the listed ones)."""
     by_member: dict[str, common_pb2.MemberTarget] = {}
     unchanged: dict[str, Items] = {}
     changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
@@ -256,6 +262,24 @@ def _sort_members(
             unchanged[mid] = known.value.items
         else:
             changed.append((i, mid, mt))
+    if omitted:
+        i = len(by_member)
+        for mid, handed in omitted.items():
+            if mid in by_member or mid not in snapshot_members:
+                continue  # listed, or the entry of a member that had left before the snapshot
+            known = kept.get(mid)
+            if known is not None:
+                by_member[mid] = handed.entry  # not read again: the target value stays as it is
+                unchanged[mid] = known.value.items
+                continue
+            entry = handed.entry
+            if handed.items is not None:  # its own items were cleared on the way out (items once)
+                entry = common_pb2.MemberTarget()
+                entry.CopyFrom(handed.entry)
+                entry.connectors_and_tasks.CopyFrom(handed.items)
+            by_member[mid] = entry
+            changed.append((i, mid, entry))
+            i += 1
     return by_member, unchanged, changed
 
 

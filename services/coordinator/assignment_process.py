@@ -120,6 +120,8 @@ class AssignmentProcess(CoreBase):
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
         inflight.snapshot_targets = {}
+        # A result may leave out the members whose entry stands, as handed out here (vouched for).
+        inflight.omission_accepted = request.accept_unchanged_omitted = request.current_target_checked
         if request.current_target_checked:
             # Only a service request may be sent with items once (see HandedOut.items).
             listed: dict[str, common_pb2.ConnectorsAndTasks] = (
@@ -215,7 +217,15 @@ class AssignmentProcess(CoreBase):
                     f"group_epoch {req.group_epoch} is not the epoch of the prepared input ({inflight.group_epoch})",
                 )
             self._install(
-                sink, group, inflight, req.error, req.members, bytes(req.assignor_state), req.rebalance_delay_ms, now_ms
+                sink,
+                group,
+                inflight,
+                req.error,
+                req.members,
+                bytes(req.assignor_state),
+                req.rebalance_delay_ms,
+                now_ms,
+                unchanged_omitted=req.unchanged_omitted,
             )
             response = coordinator_pb2.ConnectGroupInstallAssignmentResponse()
         except ApiError as e:
@@ -248,6 +258,7 @@ class AssignmentProcess(CoreBase):
                 now_ms,
                 error_message=response.error_message,
                 computed_by=service,
+                unchanged_omitted=response.unchanged_omitted,
             )
             return sink.result(ErrorCode.NONE)
         except ApiError as e:
@@ -276,6 +287,7 @@ class AssignmentProcess(CoreBase):
         now: int,
         error_message: str = "",
         computed_by: str = "",
+        unchanged_omitted: bool = False,
     ) -> None:
         gid = group.group_id
         if error != 0:
@@ -294,6 +306,10 @@ class AssignmentProcess(CoreBase):
             if targets.get(mid) is handed.value and mid in group.members
         }
         try:
+            if unchanged_omitted and not inflight.omission_accepted:
+                raise InvalidAssignment(
+                    "unchanged_omitted is set, but the prepared input did not accept it (accept_unchanged_omitted)"
+                )
             by_member, unchanged = validate_result(
                 members,
                 inflight.snapshot_members,
@@ -301,6 +317,7 @@ class AssignmentProcess(CoreBase):
                 rebalance_delay_ms,
                 kept,
                 group.target_owner.get,
+                inflight.snapshot_targets if unchanged_omitted else None,
             )
         except InvalidAssignment as e:
             self._abandon_assignment(sink, group, now, f"invalid assignment: {e}", backoff=True)

@@ -127,6 +127,8 @@ class InFlightAssignment:
     # handed out. A result that gives a member exactly that entry back leaves its target as it is
     # (nothing to decode or check again, see `_install`).
     snapshot_targets: dict[str, HandedOut] = field(default_factory=dict)
+    # The snapshot said accept_unchanged_omitted: a result may leave out members whose entry stands.
+    omission_accepted: bool = False
 
     @property
     def prepared(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections import Counter
@@ -303,3 +304,44 @@ def test_moves_are_the_fewest_balance_needs(conns: dict[str, int], n: int, data:
         _fewest_moves([len(result.before[m].tasks) for m in members], sum(conns.values())),
     )
     assert_balanced(result.after)
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, ops, st.data())
+def test_members_left_out_are_exactly_those_whose_entry_stands(
+    conns: dict[str, int], history: list[tuple[str, object]], data: st.DataObject
+) -> None:
+    """`accept_unchanged_omitted`: the response leaves out a member only when its current-target
+    entry is exactly what the complete response gives it (items, error, version, metadata), and
+    lists every other one as the complete response does -- with or without items sent once."""
+    group = Group(dict(conns)).join("m0", "m1", "m2")
+    group.assign()
+    left_out = 0
+    for op, arg in history:
+        if apply_change(group, op, arg) or op != "assign":
+            continue
+        request = group.request()
+        full = {mt.member_id: mt for mt in assign(request).members}
+        version = next(iter(full.values())).version if full else 0
+        for mt in request.current_target.members:  # as the coordinator stores the last answer's entries
+            mt.version = version if data.draw(st.integers(0, 5)) else version + 1
+            if not data.draw(st.integers(0, 5)):
+                mt.metadata = b"m"
+        current = {mt.member_id: copy.deepcopy(mt) for mt in request.current_target.members}
+        if data.draw(st.booleans()):
+            request = send_items_once(request)
+        request.accept_unchanged_omitted = True
+        short = assign(request)
+        assert short.error == 0 and short.unchanged_omitted
+        listed = {mt.member_id: mt for mt in short.members}
+        for mid, mt in full.items():
+            if mid in listed:
+                assert listed[mid] == mt
+                continue
+            left_out += 1
+            entry = current[mid]
+            assert Items.from_proto(entry.connectors_and_tasks) == Items.from_proto(mt.connectors_and_tasks)
+            assert (entry.error, entry.version, entry.metadata) == (mt.error, mt.version, mt.metadata)
+        assert set(listed) <= set(full)
+        group.assign(reconcile=bool(arg))
+    event(f"members left out: {min(left_out, 3)}{'+' if left_out >= 3 else ''}")

@@ -6,6 +6,10 @@ every request. Once it says `reads_items_once` in ListAssignors, a reconciled me
 are sent as `owned_is_target` and a listed member's current-target entry is left to its `target`
 (a third of the bytes at 10,000 members); a service that does not say so (any older or third-party
 one) gets every field complete. Either way the group converges to the same targets.
+
+The same for the answer (AssignResponse.unchanged_omitted): the coordinator always accepts one that
+leaves out the members whose entry stands; the built-in assignor does, an older service (emulated
+here by ignoring the request's flag) lists every member. The group converges the same either way.
 """
 
 from __future__ import annotations
@@ -28,10 +32,17 @@ class RecordingAssignor(assignor_pb2_grpc.ConnectAssignorServicer):
     def __init__(self, reads_items_once: bool) -> None:
         self.reads_items_once = reads_items_once
         self.requests: list[assignor_pb2.AssignRequest] = []
+        self.responses: list[assignor_pb2.AssignResponse] = []
 
     def Assign(self, request: assignor_pb2.AssignRequest, context: grpc.ServicerContext) -> assignor_pb2.AssignResponse:
         self.requests.append(request)
-        return services.assignor.assign(request)
+        computed = assignor_pb2.AssignRequest()
+        computed.CopyFrom(request)
+        if not self.reads_items_once:  # an older service: it knows neither field
+            computed.accept_unchanged_omitted = False
+        response = services.assignor.assign(computed)
+        self.responses.append(response)
+        return response
 
     def ListAssignors(
         self, request: assignor_pb2.ListAssignorsRequest, context: grpc.ServicerContext
@@ -98,6 +109,14 @@ def test_items_are_sent_once_only_to_a_service_that_reads_them(
             owned = Items.from_proto(listed[mid].owned)
             assert owned and owned == Items.from_proto(listed[mid].target)
             assert Items.from_proto(entries[mid].connectors_and_tasks) == owned
+    # The answer: every member whose entry changes, and only those when the service may leave out the others.
+    assert last.accept_unchanged_omitted and last.current_target_checked
+    answer = servicer.responses[-1]
+    assert answer.unchanged_omitted is servicer.reads_items_once
+    changed = {mid for mid, its in targets.items() if its != Items.from_proto(listed[mid].target) or mid not in entries}
+    assert "W3" in changed and changed != {"W1", "W2", "W3"}  # someone kept everything
+    answered = {mt.member_id for mt in answer.members}
+    assert answered == (changed if servicer.reads_items_once else {"W1", "W2", "W3"})
     # Every item in one target, the newcomer given a share, whatever the form.
     every = [key for its in targets.values() for key in its.item_keys()]
     assert len(every) == len(set(every)) == 5

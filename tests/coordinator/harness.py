@@ -234,6 +234,7 @@ class Context:
         error: int = 0,
         delay_ms: int = 0,
         assignor_state: bytes = b"",
+        unchanged_omitted: bool = False,
     ) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
         if epoch is None:
             epoch = self.group(group_id).members[member_id].member_epoch
@@ -249,6 +250,7 @@ class Context:
             error=error,
             rebalance_delay_ms=delay_ms,
             assignor_state=assignor_state,
+            unchanged_omitted=unchanged_omitted,
         )
         for mid, its in targets.items():
             mt = req.members.add(member_id=mid)

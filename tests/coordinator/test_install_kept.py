@@ -83,12 +83,13 @@ def result(draw: st.DrawFn, target: dict[str, Items]) -> list[common_pb2.MemberT
 
 def outcome(run: object) -> tuple[str, object]:
     try:
-        by_member, _ = run()  # type: ignore[operator]
+        by_member, unchanged = run()  # type: ignore[operator]
     except InvalidAssignment as e:
         # With several faults, which one is named first may differ (the full check reads unchanged
         # entries too); whether a result is refused, and how much is unassigned, may not.
         return "refused", str(e).split(" ")[0] if "unassigned" in str(e) else "conflict"
-    return "accepted", {mid: target_items(mt) for mid, mt in by_member.items()}
+    # (An unchanged member's entry is not read again: with items once its own items were cleared.)
+    return "accepted", {mid: unchanged[mid] if mid in unchanged else target_items(mt) for mid, mt in by_member.items()}
 
 
 @settings(max_examples=400, deadline=None)
@@ -168,6 +169,60 @@ def test_an_install_through_the_coordinator_keeps_unchanged_targets_and_refuses_
     inflight = ctx.group().in_flight
     assert inflight is not None
     ctx.compute(inflight.executor, {"W1": W1_ITEMS | items("CC0", "CT0"), "W2": W2_ITEMS})
+    assert ctx.group().target_members["W2"] is w2_before
+    assert ctx.group().target_of("W1") == W1_ITEMS | items("CC0", "CT0")
+    ctx.converge()
+    assert ctx.snapshot()["state"] == "Stable"
+    ctx.check_recovery()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_members_left_out_as_unchanged_are_installed_as_if_given_back_listed(data: st.DataObject) -> None:
+    """AssignResponse.unchanged_omitted: a member of the snapshot with an entry handed out and not in
+    the result keeps that entry -- the same outcome as the result listing it unchanged, whether the
+    member's target still stands (kept as it is) or not (it left since: checked item by item)."""
+    target = data.draw(current_target())
+    listed = [mt for mt in data.draw(result(target)) if data.draw(st.booleans())]
+    left_out = [m for m in MEMBERS if m not in {mt.member_id for mt in listed} and data.draw(st.booleans())]
+    delay = data.draw(st.sampled_from([0, 0, 5_000]))
+    snapshot_members = dict.fromkeys(MEMBERS)
+    handed_out = handed(target, data.draw(st.sampled_from(["service", "items-once", "prepare"])))
+    standing = {m: h for m, h in handed_out.items() if data.draw(st.integers(0, 4)) > 0}
+    owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
+    # A left-out member is given back its entry; the others not listed get no entry.
+    omitted = {m: handed_out[m] for m in left_out}
+    spelled_out = listed + [entry(m, target[m]) for m in left_out]
+
+    full = outcome(lambda: validate_result(spelled_out, snapshot_members, CONNECTORS, delay, standing, owner.get))
+    short = outcome(lambda: validate_result(listed, snapshot_members, CONNECTORS, delay, standing, owner.get, omitted))
+    assert short == full
+
+
+def test_a_result_may_leave_unchanged_members_out_only_when_the_snapshot_allowed_it() -> None:
+    from tests.coordinator.test_errors import W1_ITEMS, assigning_group, stable_group
+
+    # Not allowed: a connector shrank since the target was installed, so the coordinator does not
+    # vouch for it and asks for every member.
+    ctx = stable_group()
+    ctx.put_connector("A", 1)
+    inflight = ctx.group().in_flight
+    assert inflight is not None
+    prep = ctx.prepare(inflight.executor)
+    assert not prep.current_target_checked and not prep.accept_unchanged_omitted
+    r = ctx.install(
+        inflight.executor, {"W1": items("AC0", "AT0")}, group_epoch=prep.group_epoch, unchanged_omitted=True
+    )
+    assert r.error_code == ErrorCode.INVALID_ASSIGNMENT and "accept_unchanged_omitted" in r.error_message, r
+    assert ctx.group().target_of("W2") == items("AT1", "BC0")  # nothing installed
+
+    ctx, _ = assigning_group()
+    prep = ctx.prepare("W1")
+    assert prep.current_target_checked and prep.accept_unchanged_omitted
+    w2_before = ctx.group().target_members["W2"]
+    # Allowed: W2 left out keeps its target value as it is.
+    r = ctx.install("W1", {"W1": W1_ITEMS | items("CC0", "CT0")}, group_epoch=prep.group_epoch, unchanged_omitted=True)
+    assert r.error_code == ErrorCode.NONE, r.error_message
     assert ctx.group().target_members["W2"] is w2_before
     assert ctx.group().target_of("W1") == W1_ITEMS | items("CC0", "CT0")
     ctx.converge()

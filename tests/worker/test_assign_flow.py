@@ -114,16 +114,36 @@ def test_prepare_compute_install_in_order_and_nothing_while_an_answer_is_outstan
     assert f.next_action(10**9) == done, "done stays done"
 
 
+def computed_from(**prepared: bool) -> assignor_pb2.AssignRequest:
+    """The assignor's request made from a Prepare answer with these fields set."""
+    f = flow()
+    f.next_action(0)
+    answer = prepare_answer(epoch=9)
+    for name, value in prepared.items():
+        setattr(answer, name, value)
+    assert f.on_prepare_response(answer, 10)
+    compute = f.next_action(10)
+    assert isinstance(compute, Compute)
+    return compute.request
+
+
 def test_the_assignor_is_told_whether_the_coordinator_vouches_for_its_target() -> None:
     """Prepare's `current_target_checked` reaches the assignor as given (set only by the coordinator)."""
     for vouched in (True, False):
-        f = flow()
-        f.next_action(0)
-        answer = prepare_answer(epoch=9)
-        answer.current_target_checked = vouched
-        assert f.on_prepare_response(answer, 10)
-        compute = f.next_action(10)
-        assert isinstance(compute, Compute) and compute.request.current_target_checked is vouched
+        assert computed_from(current_target_checked=vouched).current_target_checked is vouched
+
+
+def test_unchanged_members_are_left_out_only_as_the_coordinator_and_the_assignor_say() -> None:
+    """Prepare's `accept_unchanged_omitted` reaches the assignor; the assignor's `unchanged_omitted`
+    reaches Install, which then lists only the members the assignor listed."""
+    for accepted in (True, False):
+        assert computed_from(accept_unchanged_omitted=accepted).accept_unchanged_omitted is accepted
+    for omitted in (True, False):
+        result = assigned()
+        result.unchanged_omitted = omitted
+        install = at_install(flow(), result=result)
+        assert install.request.unchanged_omitted is omitted
+        assert list(install.request.members) == list(result.members)
 
 
 def test_an_assignor_error_is_installed_and_the_outcome_is_abandoned() -> None:

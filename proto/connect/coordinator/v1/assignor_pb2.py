@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from connect.coordinator.v1 import common_pb2 as connect_dot_coordinator_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%connect/coordinator/v1/assignor.proto\x12\x16\x63onnect.coordinator.v1\x1a#connect/coordinator/v1/common.proto\"\xfd\x03\n\rAssignRequest\x12\x15\n\rassignor_name\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\x12\x34\n\x07members\x18\x04 \x03(\x0b\x32#.connect.coordinator.v1.GroupMember\x12\x39\n\nconnectors\x18\x05 \x03(\x0b\x32%.connect.coordinator.v1.ConnectorSpec\x12@\n\x0e\x63urrent_target\x18\x06 \x01(\x0b\x32(.connect.coordinator.v1.TargetAssignment\x12\x16\n\x0e\x61ssignor_state\x18\x07 \x01(\x0c\x12\x0e\n\x06now_ms\x18\x08 \x01(\x03\x12N\n\rgroup_configs\x18\t \x03(\x0b\x32\x37.connect.coordinator.v1.AssignRequest.GroupConfigsEntry\x12\x1a\n\x12\x61\x63\x63\x65pt_task_ranges\x18\n \x01(\x08\x12\x1e\n\x16\x63urrent_target_checked\x18\x0b \x01(\x08\x12\x12\n\nitems_once\x18\x0c \x01(\x08\x1a\x33\n\x11GroupConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\x0e\x41ssignResponse\x12\r\n\x05\x65rror\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\x07members\x18\x03 \x03(\x0b\x32$.connect.coordinator.v1.MemberTarget\x12\x16\n\x0e\x61ssignor_state\x18\x04 \x01(\x0c\x12\x1a\n\x12rebalance_delay_ms\x18\x05 \x01(\x05\"\x16\n\x14ListAssignorsRequest\"f\n\x15ListAssignorsResponse\x12\x33\n\tassignors\x18\x01 \x03(\x0b\x32 .connect.coordinator.v1.Assignor\x12\x18\n\x10reads_items_once\x18\x02 \x01(\x08\x32\xd8\x01\n\x0f\x43onnectAssignor\x12W\n\x06\x41ssign\x12%.connect.coordinator.v1.AssignRequest\x1a&.connect.coordinator.v1.AssignResponse\x12l\n\rListAssignors\x12,.connect.coordinator.v1.ListAssignorsRequest\x1a-.connect.coordinator.v1.ListAssignorsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%connect/coordinator/v1/assignor.proto\x12\x16\x63onnect.coordinator.v1\x1a#connect/coordinator/v1/common.proto\"\x9f\x04\n\rAssignRequest\x12\x15\n\rassignor_name\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x03 \x01(\x05\x12\x34\n\x07members\x18\x04 \x03(\x0b\x32#.connect.coordinator.v1.GroupMember\x12\x39\n\nconnectors\x18\x05 \x03(\x0b\x32%.connect.coordinator.v1.ConnectorSpec\x12@\n\x0e\x63urrent_target\x18\x06 \x01(\x0b\x32(.connect.coordinator.v1.TargetAssignment\x12\x16\n\x0e\x61ssignor_state\x18\x07 \x01(\x0c\x12\x0e\n\x06now_ms\x18\x08 \x01(\x03\x12N\n\rgroup_configs\x18\t \x03(\x0b\x32\x37.connect.coordinator.v1.AssignRequest.GroupConfigsEntry\x12\x1a\n\x12\x61\x63\x63\x65pt_task_ranges\x18\n \x01(\x08\x12\x1e\n\x16\x63urrent_target_checked\x18\x0b \x01(\x08\x12\x12\n\nitems_once\x18\x0c \x01(\x08\x12 \n\x18\x61\x63\x63\x65pt_unchanged_omitted\x18\r \x01(\x08\x1a\x33\n\x11GroupConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbc\x01\n\x0e\x41ssignResponse\x12\r\n\x05\x65rror\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x35\n\x07members\x18\x03 \x03(\x0b\x32$.connect.coordinator.v1.MemberTarget\x12\x16\n\x0e\x61ssignor_state\x18\x04 \x01(\x0c\x12\x1a\n\x12rebalance_delay_ms\x18\x05 \x01(\x05\x12\x19\n\x11unchanged_omitted\x18\x06 \x01(\x08\"\x16\n\x14ListAssignorsRequest\"f\n\x15ListAssignorsResponse\x12\x33\n\tassignors\x18\x01 \x03(\x0b\x32 .connect.coordinator.v1.Assignor\x12\x18\n\x10reads_items_once\x18\x02 \x01(\x08\x32\xd8\x01\n\x0f\x43onnectAssignor\x12W\n\x06\x41ssign\x12%.connect.coordinator.v1.AssignRequest\x1a&.connect.coordinator.v1.AssignResponse\x12l\n\rListAssignors\x12,.connect.coordinator.v1.ListAssignorsRequest\x1a-.connect.coordinator.v1.ListAssignorsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,15 +35,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._loaded_options = None
   _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._serialized_options = b'8\001'
   _globals['_ASSIGNREQUEST']._serialized_start=103
-  _globals['_ASSIGNREQUEST']._serialized_end=612
-  _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._serialized_start=561
-  _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._serialized_end=612
-  _globals['_ASSIGNRESPONSE']._serialized_start=615
-  _globals['_ASSIGNRESPONSE']._serialized_end=776
-  _globals['_LISTASSIGNORSREQUEST']._serialized_start=778
-  _globals['_LISTASSIGNORSREQUEST']._serialized_end=800
-  _globals['_LISTASSIGNORSRESPONSE']._serialized_start=802
-  _globals['_LISTASSIGNORSRESPONSE']._serialized_end=904
-  _globals['_CONNECTASSIGNOR']._serialized_start=907
-  _globals['_CONNECTASSIGNOR']._serialized_end=1123
+  _globals['_ASSIGNREQUEST']._serialized_end=646
+  _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._serialized_start=595
+  _globals['_ASSIGNREQUEST_GROUPCONFIGSENTRY']._serialized_end=646
+  _globals['_ASSIGNRESPONSE']._serialized_start=649
+  _globals['_ASSIGNRESPONSE']._serialized_end=837
+  _globals['_LISTASSIGNORSREQUEST']._serialized_start=839
+  _globals['_LISTASSIGNORSREQUEST']._serialized_end=861
+  _globals['_LISTASSIGNORSRESPONSE']._serialized_start=863
+  _globals['_LISTASSIGNORSRESPONSE']._serialized_end=965
+  _globals['_CONNECTASSIGNOR']._serialized_start=968
+  _globals['_CONNECTASSIGNOR']._serialized_end=1184
 # @@protoc_insertion_point(module_scope)

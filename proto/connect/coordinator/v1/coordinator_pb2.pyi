@@ -94,7 +94,7 @@ class ConnectGroupPrepareAssignmentRequest(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupPrepareAssignmentResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked")
+    __slots__ = ("error_code", "error_message", "group_epoch", "assignor_name", "members", "connectors", "current_target", "assignor_state", "now_ms", "group_configs", "accept_task_ranges", "current_target_checked", "accept_unchanged_omitted")
     class GroupConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     GROUP_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_TASK_RANGES_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TARGET_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_UNCHANGED_OMITTED_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_epoch: int
@@ -126,10 +127,11 @@ class ConnectGroupPrepareAssignmentResponse(_message.Message):
     group_configs: _containers.ScalarMap[str, str]
     accept_task_ranges: bool
     current_target_checked: bool
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ...) -> None: ...
+    accept_unchanged_omitted: bool
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[_common_pb2.GroupMember, _Mapping]]] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., current_target: _Optional[_Union[_common_pb2.TargetAssignment, _Mapping]] = ..., assignor_state: _Optional[bytes] = ..., now_ms: _Optional[int] = ..., group_configs: _Optional[_Mapping[str, str]] = ..., accept_task_ranges: _Optional[bool] = ..., current_target_checked: _Optional[bool] = ..., accept_unchanged_omitted: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "members", "assignor_state", "rebalance_delay_ms")
+    __slots__ = ("group_id", "member_id", "member_epoch", "group_epoch", "error", "members", "assignor_state", "rebalance_delay_ms", "unchanged_omitted")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +140,7 @@ class ConnectGroupInstallAssignmentRequest(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNOR_STATE_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_OMITTED_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
@@ -146,7 +149,8 @@ class ConnectGroupInstallAssignmentRequest(_message.Message):
     members: _containers.RepeatedCompositeFieldContainer[_common_pb2.MemberTarget]
     assignor_state: bytes
     rebalance_delay_ms: int
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., error: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.MemberTarget, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., rebalance_delay_ms: _Optional[int] = ...) -> None: ...
+    unchanged_omitted: bool
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., group_epoch: _Optional[int] = ..., error: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_common_pb2.MemberTarget, _Mapping]]] = ..., assignor_state: _Optional[bytes] = ..., rebalance_delay_ms: _Optional[int] = ..., unchanged_omitted: _Optional[bool] = ...) -> None: ...
 
 class ConnectGroupInstallAssignmentResponse(_message.Message):
     __slots__ = ("error_code", "error_message")
