@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, NoReturn
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -66,42 +66,52 @@ def assign(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignResponse:
 def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignResponse, AssignOutput | None]:
     """``assign`` plus the core's output (for metrics); the output is None when the request is rejected."""
     try:
-        info, max_delay_ms, connectors = _validate(request)
+        checked = _validate(request)
     except InvalidInput as e:
         return assignor_pb2.AssignResponse(error=e.code, error_message=e.message), None
     try:
         # Task ranges are checked as each message is decoded (owned ones lazily, inside compute):
         # checking all of them up front cost more than the assignment at 10,000 members.
-        inp, sources = to_input(request, max_delay_ms, connectors)
-        output = info.compute(inp)
+        converted = to_input(request, checked)
+        output = checked.info.compute(converted.input)
     except compact.InvalidItems as e:
         return assignor_pb2.AssignResponse(error=common_pb2.INVALID_REQUEST, error_message=str(e)), None
-    version = _version(request, info)
-    omittable = _plain_entries(request, version) if request.accept_unchanged_omitted else None
-    return to_response(output, sources, version, request.accept_task_ranges, omittable), output
+    response = to_response(output, converted.sources, checked.version, request.accept_task_ranges, converted.omittable)
+    return response, output
 
 
-def _plain_entries(request: assignor_pb2.AssignRequest, version: int) -> set[str]:
-    """The members whose current_target entry is what this assignor would answer for unchanged
-    items (no error, no metadata, this version): those it may leave out of the response."""
-    return {
-        mt.member_id
-        for mt in request.current_target.members
-        if mt.version == version and not mt.error and not mt.metadata
-    }
+class Checked(NamedTuple):
+    """What validation read of a request, and what conversion reuses of it."""
+
+    info: AssignorInfo
+    max_delay_ms: int
+    connectors: dict[str, int]  # name -> task count
+    member_ids: list[str]  # in request order
+    # The protocol version the whole group speaks: the lowest any member is at (Connect: V2 only
+    # if all are); the assignor's highest when no member names one.
+    version: int
 
 
-def _validate(request: assignor_pb2.AssignRequest) -> tuple[AssignorInfo, int, dict[str, int]]:
-    """The assignor, the group's maximum delay and its connectors (name -> task count); raises InvalidInput."""
+class Converted(NamedTuple):
+    input: AssignInput
+    # Each live member's target as given, with the message it came in (copied into the answer when unchanged).
+    sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]]
+    # With accept_unchanged_omitted: the members whose current_target entry is what this assignor
+    # answers for unchanged items (no error, no metadata, this version) -- left out when unchanged.
+    omittable: set[str] | None
+
+
+def _validate(request: assignor_pb2.AssignRequest) -> Checked:
+    """Raises InvalidInput naming the field."""
     info = ASSIGNORS.get(request.assignor_name)
     if info is None:
         raise InvalidInput(
             common_pb2.UNSUPPORTED_ASSIGNOR,
             f"assignor_name {request.assignor_name!r} is not supported (supported: {', '.join(ASSIGNORS)})",
         )
-    _validate_members(request.members, info)
+    ids, versions = _validate_members(request.members, info)
     connectors = _validate_connectors(request.connectors)
-    return info, _max_delay(request), connectors
+    return Checked(info, _max_delay(request), connectors, ids, min(versions, default=info.maximum_version))
 
 
 def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str, int]:
@@ -132,27 +142,29 @@ def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str,
     return connectors
 
 
-def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> None:
+def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> tuple[list[str], set[int]]:
     """Member ids present and unique, instance ids unique, each member's assignor entry the requested
-    one at a supported version, no ``owned`` next to ``owned_is_target``. Checked with C-level passes first (a few milliseconds at 10,000
-    members); the loop that names the culprit runs only when they find one."""
+    one at a supported version, no ``owned`` next to ``owned_is_target``. Checked with C-level passes
+    first (a few milliseconds at 10,000 members); the loop that names the culprit runs only when
+    they find one. Returns the member ids in order and the versions the members' entries name."""
     ids = [m.member_id for m in members]
     distinct = set(ids)
     instances = [i for i in (m.instance_id for m in members) if i]
     entries = [m.assignor for m in members if m.HasField("assignor")]
+    versions = {a.version for a in entries}
     if (
         len(distinct) == len(ids)
         and "" not in distinct
         and len(set(instances)) == len(instances)
         and {a.name for a in entries} <= {"", info.name}
-        and all(info.minimum_version <= v <= info.maximum_version for v in {a.version for a in entries})
+        and all(info.minimum_version <= v <= info.maximum_version for v in versions)
         and not any(m.owned_is_target and m.HasField("owned") for m in members)
     ):
-        return
+        return ids, versions
     _name_member_error(members, info)
 
 
-def _name_member_error(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> None:
+def _name_member_error(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> NoReturn:
     member_index: dict[str, int] = {}
     instance_index: dict[str, int] = {}
     for i, m in enumerate(members):
@@ -176,6 +188,7 @@ def _name_member_error(members: Sequence[common_pb2.GroupMember], info: Assignor
             raise InvalidInput(
                 common_pb2.INVALID_REQUEST, f"members[{i}].owned must be unset when members[{i}].owned_is_target is set"
             )
+    raise InvalidInput(common_pb2.INVALID_REQUEST, "members: invalid")  # the passes above and this loop agree
 
 
 def _claim_unique(seen: dict[str, int], value: str, where: str, i: int, name: str) -> None:
@@ -205,12 +218,6 @@ def _max_delay(request: assignor_pb2.AssignRequest) -> int:
     return value
 
 
-def _version(request: assignor_pb2.AssignRequest, info: AssignorInfo) -> int:
-    """The protocol version the whole group speaks: the lowest any member is at (Connect: V2 only if all are)."""
-    versions = [m.assignor.version for m in request.members if m.HasField("assignor")]
-    return min(versions, default=info.maximum_version)
-
-
 def _items(msg: common_pb2.ConnectorsAndTasks, field: str) -> Items:
     # Both forms. Raises compact.InvalidItems naming ``field`` for a bad range, before expanding it;
     # ``run`` answers that in-band. MAX_TASKS bounds what one message can make us allocate.
@@ -227,15 +234,15 @@ class _LazyTasks(AbstractSet[TaskId]):
     the coordinator's target never repeats one); ranges were checked when the message was read. Set
     operations (the `Set` mixins) answer plain frozensets."""
 
-    __slots__ = ("_decoded", "_field", "_msg", "_size")
+    __slots__ = ("_decoded", "_index", "_msg", "_size")
 
-    def __init__(self, msg: common_pb2.ConnectorsAndTasks, field: str, size: int) -> None:
-        self._msg, self._field, self._size = msg, field, size
+    def __init__(self, msg: common_pb2.ConnectorsAndTasks, index: int, size: int) -> None:
+        self._msg, self._index, self._size = msg, index, size  # index: members[index].target
         self._decoded: frozenset[TaskId] | None = None
 
     def _tasks(self) -> frozenset[TaskId]:
         if self._decoded is None:
-            self._decoded = compact.decode(self._msg, self._field, checked=True).tasks
+            self._decoded = compact.decode(self._msg, f"members[{self._index}].target", checked=True).tasks
         return self._decoded
 
     def __len__(self) -> int:
@@ -255,22 +262,25 @@ class _LazyTasks(AbstractSet[TaskId]):
         return frozenset(it)
 
 
-def _vouched_target(msg: common_pb2.ConnectorsAndTasks, field: str) -> tuple[Items, bool | None]:
-    """A live member's target from a request whose current target the coordinator vouches for, and
-    whether ``msg`` lists exactly those items once in the form a caller that does not read task
-    ranges reads too (None: not known here, count them)."""
-    size = len(msg.tasks)
-    ranged = compact.has_ranges(msg)
+def _vouched_target(
+    msg: common_pb2.ConnectorsAndTasks, index: int, tasks: int, ranged: bool, connectors: Sequence[str]
+) -> tuple[Items, bool | None]:
+    """``members[index].target`` from a request whose current target the coordinator vouches for,
+    and whether ``msg`` lists exactly those items once in the form a caller that does not read task
+    ranges reads too (None: not known here, count them). ``tasks``, ``ranged``, ``connectors``: the
+    message's task count, whether it has ranges, its connector names (read once by the caller)."""
+    size = tasks
     if ranged:
+        field = f"members[{index}].target"
         compact.check_ranges(msg, field, max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
         size += compact.range_total(msg)
     elif not size:
-        return _items(msg, field), None
-    connectors = frozenset(msg.connectors)
+        return _items(msg, f"members[{index}].target"), None
+    names = frozenset(connectors)
     # (Typed as the frozenset it stands for: the core only counts, iterates and searches it.)
-    items = Items(connectors, cast(frozenset[TaskId], _LazyTasks(msg, field, size)))
+    items = Items(names, _LazyTasks(msg, index, size))  # type: ignore[arg-type]
     # The lazy tasks count the message's entries: only repeated connector names can make it differ.
-    return items, not ranged and len(connectors) == len(msg.connectors)
+    return items, not ranged and len(names) == len(connectors)
 
 
 class _LazyItems(Mapping[str, Items]):
@@ -297,26 +307,29 @@ class _LazyItems(Mapping[str, Items]):
         return len(self._index)
 
 
-def to_input(
-    request: assignor_pb2.AssignRequest, max_delay_ms: int, connectors: dict[str, int]
-) -> tuple[AssignInput, dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]]]:
-    """The core's input, and for each live member the target it was given with the message it came
-    from. ``connectors``: the request's, as ``_validate`` read them. (One pass per repeated field:
-    at 10,000 members each extra pass over the messages costs milliseconds.)"""
-    has_ranges = compact.has_ranges
+def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted:
+    """The core's input, for each live member the target it was given with the message it came
+    from, and the members the answer may leave out. (One pass per repeated field, each field read
+    once: at 10,000 members each extra pass over the messages costs milliseconds.)"""
     member_msgs = request.members
-    ids = [m.member_id for m in member_msgs]
+    ids = checked.member_ids
     target_msgs = [m.target for m in member_msgs]
-    live_with_target = {
-        mid for mid, t in zip(ids, target_msgs, strict=True) if t.connectors or t.tasks or has_ranges(t)
-    }
+    # Whether each member's target has task ranges (three repeated fields: read once).
+    ranged = [bool(t.task_range_connectors or t.task_range_firsts or t.task_range_counts) for t in target_msgs]
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
     # A live member's own target field wins; only the others are needed from the previous target.
     # With items_once a listed member's entry is left empty: its target field holds its items.
-    skip = set(ids) if request.items_once else live_with_target
+    if request.items_once:
+        skip = set(ids)
+    else:
+        skip = {mid for mid, t, r in zip(ids, target_msgs, ranged, strict=True) if r or t.connectors or t.tasks}
+    omittable: set[str] | None = set() if request.accept_unchanged_omitted else None
+    version = checked.version
     for i, mt in enumerate(request.current_target.members):
         mid = mt.member_id
+        if omittable is not None and mt.version == version and not mt.error and not mt.metadata:
+            omittable.add(mid)
         if not mid or mid in skip:
             continue
         items = _items(mt.connectors_and_tasks, f"current_target.members[{i}].connectors_and_tasks")
@@ -329,14 +342,17 @@ def to_input(
 
     vouched, accept_ranges = request.current_target_checked, request.accept_task_ranges
     members = []
+    targets = []
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
-    for i, (m, mid, tmsg) in enumerate(zip(member_msgs, ids, target_msgs, strict=True)):
+    for i, (m, mid, tmsg, has_ranges) in enumerate(zip(member_msgs, ids, target_msgs, ranged, strict=True)):
         msg: common_pb2.ConnectorsAndTasks | None
         whole: bool | None = None
-        if mid in live_with_target:
+        names = tmsg.connectors
+        tasks = len(tmsg.tasks)
+        if has_ranges or tasks or names:  # the member's own target field
             msg = tmsg
             if vouched:
-                target, whole = _vouched_target(tmsg, f"members[{i}].target")
+                target, whole = _vouched_target(tmsg, i, tasks, has_ranges, names)
             else:
                 target = _items(tmsg, f"members[{i}].target")
         else:
@@ -345,24 +361,25 @@ def to_input(
             # Only a message without repeated entries, in the form the caller reads, can stand in
             # for its items in the response.
             if whole is None:
-                whole = not has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
+                whole = not compact.has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
             if not whole and accept_ranges:
                 whole = len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
             if whole:
                 sources[mid] = (target, msg)
         # (An unset optional string reads as "": no instance id.)
-        members.append(Member(member_id=mid, instance_id=m.instance_id or None, target=target))
+        members.append(Member(mid, m.instance_id or None, target))
+        targets.append(target)
     inp = AssignInput(
         members=members,
-        connectors=connectors,
+        connectors=checked.connectors,
         previous_target=previous,
-        owned=_LazyItems({mid: i for i, mid in enumerate(ids)}, member_msgs, [m.target for m in members]),
+        owned=_LazyItems({mid: i for i, mid in enumerate(ids)}, member_msgs, targets),
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
-        max_delay_ms=max_delay_ms,
+        max_delay_ms=checked.max_delay_ms,
         targets_checked=vouched,
     )
-    return inp, sources
+    return Converted(inp, sources, omittable)
 
 
 def to_response(
