@@ -87,6 +87,7 @@ class Checked(NamedTuple):
     max_delay_ms: int
     connectors: dict[str, int]  # name -> task count
     member_ids: list[str]  # in request order
+    instance_ids: list[str]  # in request order, "" for a dynamic member
     # The protocol version the whole group speaks: the lowest any member is at (Connect: V2 only
     # if all are); the assignor's highest when no member names one.
     version: int
@@ -109,9 +110,10 @@ def _validate(request: assignor_pb2.AssignRequest) -> Checked:
             common_pb2.UNSUPPORTED_ASSIGNOR,
             f"assignor_name {request.assignor_name!r} is not supported (supported: {', '.join(ASSIGNORS)})",
         )
-    ids, versions = _validate_members(request.members, info)
+    ids, instance_ids, versions = _validate_members(request.members, info)
     connectors = _validate_connectors(request.connectors)
-    return Checked(info, _max_delay(request), connectors, ids, min(versions, default=info.maximum_version))
+    version = min(versions, default=info.maximum_version)
+    return Checked(info, _max_delay(request), connectors, ids, instance_ids, version)
 
 
 def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str, int]:
@@ -142,14 +144,18 @@ def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str,
     return connectors
 
 
-def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorInfo) -> tuple[list[str], set[int]]:
+def _validate_members(
+    members: Sequence[common_pb2.GroupMember], info: AssignorInfo
+) -> tuple[list[str], list[str], set[int]]:
     """Member ids present and unique, instance ids unique, each member's assignor entry the requested
     one at a supported version, no ``owned`` next to ``owned_is_target``. Checked with C-level passes
     first (a few milliseconds at 10,000 members); the loop that names the culprit runs only when
-    they find one. Returns the member ids in order and the versions the members' entries name."""
+    they find one. Returns the member ids and instance ids in order and the versions the members'
+    entries name."""
     ids = [m.member_id for m in members]
     distinct = set(ids)
-    instances = [i for i in (m.instance_id for m in members) if i]
+    instance_ids = [m.instance_id for m in members]  # (an unset optional string reads as "")
+    instances = [i for i in instance_ids if i]
     entries = [m.assignor for m in members if m.HasField("assignor")]
     versions = {a.version for a in entries}
     if (
@@ -160,7 +166,7 @@ def _validate_members(members: Sequence[common_pb2.GroupMember], info: AssignorI
         and all(info.minimum_version <= v <= info.maximum_version for v in versions)
         and not any(m.owned_is_target and m.HasField("owned") for m in members)
     ):
-        return ids, versions
+        return ids, instance_ids, versions
     _name_member_error(members, info)
 
 
@@ -344,7 +350,8 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
     members = []
     targets = []
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
-    for i, (m, mid, tmsg, has_ranges) in enumerate(zip(member_msgs, ids, target_msgs, ranged, strict=True)):
+    together = zip(ids, checked.instance_ids, target_msgs, ranged, strict=True)
+    for i, (mid, instance_id, tmsg, has_ranges) in enumerate(together):
         msg: common_pb2.ConnectorsAndTasks | None
         whole: bool | None = None
         names = tmsg.connectors
@@ -366,8 +373,7 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
                 whole = len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
             if whole:
                 sources[mid] = (target, msg)
-        # (An unset optional string reads as "": no instance id.)
-        members.append(Member(mid, m.instance_id or None, target))
+        members.append(Member(mid, instance_id or None, target))
         targets.append(target)
     inp = AssignInput(
         members=members,

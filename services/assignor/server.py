@@ -52,8 +52,8 @@ class AssignorServicer(assignor_pb2_grpc.ConnectAssignorServicer):
         started = time.perf_counter()
         metrics.IN_FLIGHT.inc()
         try:
-            size = len(request.members) + sum(c.task_count for c in request.connectors)
-            if size <= INLINE_LIMIT:
+            members = len(request.members)  # (the tasks are summed only when the members leave room)
+            if members <= INLINE_LIMIT and members + sum(c.task_count for c in request.connectors) <= INLINE_LIMIT:
                 response, output = _proto.run(request)
             else:
                 response, output = await asyncio.to_thread(_proto.run, request)
