@@ -157,7 +157,7 @@ async def one_assignment(
     install.members.extend(result.members)
     install.assignor_state = result.assignor_state
     install.unchanged_omitted = result.unchanged_omitted
-    vouched = len(inflight.snapshot_targets)
+    vouched = len(inflight.snapshot_targets or {})
     if mode == "full":
         inflight.snapshot_targets = {}  # the shortcut off: every member checked item by item
     t = time.perf_counter()

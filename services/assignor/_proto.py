@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, cast
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
@@ -284,7 +284,7 @@ def _vouched_target(
         return _items(msg, f"members[{index}].target"), None
     names = frozenset(connectors)
     # (Typed as the frozenset it stands for: the core only counts, iterates and searches it.)
-    items = Items(names, _LazyTasks(msg, index, size))  # type: ignore[arg-type]
+    items = Items(names, cast(frozenset[TaskId], _LazyTasks(msg, index, size)))
     # The lazy tasks count the message's entries: only repeated connector names can make it differ.
     return items, not ranged and len(names) == len(connectors)
 
@@ -321,7 +321,8 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
     ids = checked.member_ids
     target_msgs = [m.target for m in member_msgs]
     # Whether each member's target has task ranges (three repeated fields: read once).
-    ranged = [bool(t.task_range_connectors or t.task_range_firsts or t.task_range_counts) for t in target_msgs]
+    has_ranges = compact.has_ranges
+    ranged = [has_ranges(t) for t in target_msgs]
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
     # A live member's own target field wins; only the others are needed from the previous target.
@@ -351,15 +352,15 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
     targets = []
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
     together = zip(ids, checked.instance_ids, target_msgs, ranged, strict=True)
-    for i, (mid, instance_id, tmsg, has_ranges) in enumerate(together):
+    for i, (mid, instance_id, tmsg, with_ranges) in enumerate(together):
         msg: common_pb2.ConnectorsAndTasks | None
         whole: bool | None = None
         names = tmsg.connectors
         tasks = len(tmsg.tasks)
-        if has_ranges or tasks or names:  # the member's own target field
+        if with_ranges or tasks or names:  # the member's own target field
             msg = tmsg
             if vouched:
-                target, whole = _vouched_target(tmsg, i, tasks, has_ranges, names)
+                target, whole = _vouched_target(tmsg, i, tasks, with_ranges, names)
             else:
                 target = _items(tmsg, f"members[{i}].target")
         else:
@@ -368,7 +369,7 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
             # Only a message without repeated entries, in the form the caller reads, can stand in
             # for its items in the response.
             if whole is None:
-                whole = not compact.has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
+                whole = not has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
             if not whole and accept_ranges:
                 whole = len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
             if whole:
@@ -408,14 +409,14 @@ def to_response(
     for member_id in sorted(output.targets):
         items = output.targets[member_id]
         source = sources.get(member_id)
-        unchanged = source is not None and source[0] is items
-        if unchanged and member_id in omittable:
-            continue  # the caller keeps its entry
-        mt = response.members.add(member_id=member_id, version=version)
-        if unchanged:
-            assert source is not None
-            # Unchanged: copying the message it came in is far cheaper than rebuilding it item by item.
-            mt.connectors_and_tasks.CopyFrom(source[1])
+        if source is not None and source[0] is items:  # unchanged
+            if member_id in omittable:
+                continue  # the caller keeps its entry
+            # Copying the message it came in is far cheaper than rebuilding it item by item.
+            response.members.add(member_id=member_id, version=version).connectors_and_tasks.CopyFrom(source[1])
         else:
-            items.to_proto(mt.connectors_and_tasks, compact_tasks=compact_tasks)
+            items.to_proto(
+                response.members.add(member_id=member_id, version=version).connectors_and_tasks,
+                compact_tasks=compact_tasks,
+            )
     return response

@@ -119,9 +119,9 @@ class AssignmentProcess(CoreBase):
         inflight.snapshot_connectors = dict(group.connectors)
         inflight.snapshot_shrinks = group.connector_shrinks
         request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
-        inflight.snapshot_targets = {}
+        inflight.snapshot_targets = None
         # A result may leave out the members whose entry stands, as handed out here (vouched for).
-        inflight.omission_accepted = request.accept_unchanged_omitted = request.current_target_checked
+        request.accept_unchanged_omitted = request.current_target_checked
         if request.current_target_checked:
             # Only a service request may be sent with items once (see HandedOut.items).
             listed: dict[str, common_pb2.ConnectorsAndTasks] = (
@@ -302,11 +302,11 @@ class AssignmentProcess(CoreBase):
         targets = group.target_members
         kept = {
             mid: handed
-            for mid, handed in inflight.snapshot_targets.items()
+            for mid, handed in (inflight.snapshot_targets or {}).items()
             if targets.get(mid) is handed.value and mid in group.members
         }
         try:
-            if unchanged_omitted and not inflight.omission_accepted:
+            if unchanged_omitted and inflight.snapshot_targets is None:
                 raise InvalidAssignment(
                     "unchanged_omitted is set, but the prepared input did not accept it (accept_unchanged_omitted)"
                 )

@@ -126,9 +126,9 @@ class InFlightAssignment:
     # When the coordinator vouched for the snapshot's current target, each target member's entry as
     # handed out. A result that gives a member exactly that entry back leaves its target as it is
     # (nothing to decode or check again, see `_install`).
-    snapshot_targets: dict[str, HandedOut] = field(default_factory=dict)
-    # The snapshot said accept_unchanged_omitted: a result may leave out members whose entry stands.
-    omission_accepted: bool = False
+    # None: the snapshot was not vouched for, and a result may not leave members out either
+    # (accept_unchanged_omitted is set exactly when it was).
+    snapshot_targets: dict[str, HandedOut] | None = None
 
     @property
     def prepared(self) -> bool:

@@ -157,7 +157,7 @@ def test_an_install_through_the_coordinator_keeps_unchanged_targets_and_refuses_
     prep = ctx.prepare("W1")
     assert prep.current_target_checked
     inflight = ctx.group().in_flight
-    assert inflight is not None and set(inflight.snapshot_targets) == {"W1", "W2"}
+    assert inflight is not None and set(inflight.snapshot_targets or ()) == {"W1", "W2"}
     w2_before = ctx.group().target_members["W2"]
     # W1 takes B (W2 keeps it, its entry given back unchanged): refused, naming both.
     r = ctx.install("W1", {"W1": W1_ITEMS | items("CC0", "CT0", "BC0"), "W2": W2_ITEMS}, group_epoch=prep.group_epoch)
