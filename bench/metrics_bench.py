@@ -13,7 +13,10 @@ events exactly those the real coordinator wrote for it (the coordinator's groups
 this is what K times the groups would give with repeated seeds). Built once next to the source.
 
     .venv/bin/python bench/metrics_bench.py [--source /tmp/metrics-bench/source.db] [--sizes 500000,1000000]
-                                            [--postgres] [--no-oracle]
+                                            [--postgres] [--no-oracle] [--check]
+
+--check: after the timed runs of each size, every output table of each database's run is compared
+row for row with the oracle's (not timed): the job's numbers at scale, not only on the tests' logs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -127,12 +131,26 @@ def copy_postgres(source: Path, url: str, n: int) -> None:
         )
 
 
+def check(spark: Any, job: Any, out: Path, want: dict[str, list[dict[str, Any]]], label: str) -> None:
+    """Every output table equals the oracle's, as multisets of rows (raises if not)."""
+    from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
+
+    for name, schema in OUTPUT_SCHEMAS.items():
+        expected = spark.createDataFrame([tuple(r[f.name] for f in schema.fields) for r in want[name]], schema)
+        got = job.read_table(spark, out, name).drop("date")
+        extra, missing = got.exceptAll(expected).count(), expected.exceptAll(got).count()
+        if extra or missing:
+            raise SystemExit(f"{label}: {name} differs from the oracle: {extra} rows extra, {missing} missing")
+        print(f"{label}: {name} equals the oracle ({len(want[name]):,} rows)", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, default=Path(tempfile.gettempdir()) / "metrics-bench" / "source.db")
     ap.add_argument("--sizes", default="500000,1000000")
     ap.add_argument("--postgres", action="store_true", help="also over a throwaway local PostgreSQL")
     ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--check", action="store_true", help="compare every output table with the oracle's (not timed)")
     ap.add_argument("--driver-memory", default="4g", help="spark.driver.memory (local mode: the executors too)")
     ap.add_argument("--processes", type=int, default=2, help="generator processes, when --source is made")
     ap.add_argument(
@@ -184,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                 copy_postgres(args.source, pg, n)
                 databases.append(("PostgreSQL", pg))
             oracle_s = None
-            if not args.no_oracle:
+            want = None
+            if not args.no_oracle or args.check:
                 rows = read_rows(databases[0][1])
                 t = time.monotonic()
-                oracle(rows)
+                want = oracle(rows)
                 oracle_s = time.monotonic() - t
                 del rows
             for name, url in databases:
@@ -198,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.append((name, n, took, oracle_s))
                 phases.append((name, n, stats.timings))
                 print(f"{name} {n:,} events: {took:.1f} s, {n / took:,.0f} events/s", file=sys.stderr)
+                if args.check and want is not None:
+                    check(spark, job, work / f"out-{name}-{n}", want, f"{name} {n:,}")
+            del want
     finally:
         spark.stop()
         if server is not None:

@@ -22,6 +22,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+# The JVMs' garbage collector: the throughput collector. The job is a batch of short-lived rows (JDBC
+# rows, shuffle buffers, cached batches) with no latency to protect; G1, the JVM's default, spent
+# ~20 % more CPU on the same run (docs/benchmarks.md). Set when this process starts the JVM (not
+# under spark-submit, whose options stand), as "default" options: an operator's own
+# spark.{driver,executor}.extraJavaOptions are appended to them.
+JVM_DEFAULTS = {
+    "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
+    "spark.executor.defaultJavaOptions": "-XX:+UseParallelGC",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,7 +82,7 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
         .config("spark.sql.adaptive.enabled", "true")
     )
-    for key, value in (conf or {}).items():
+    for key, value in {**({} if under_submit else JVM_DEFAULTS), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

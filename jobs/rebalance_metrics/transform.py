@@ -140,6 +140,14 @@ def day(ms: Column) -> Column:
     return F.to_date(F.timestamp_millis(ms))
 
 
+def _hashed(*cols: str) -> Column:
+    """A hash of a window's partition keys, to lead its sort: group ids and item names share long
+    prefixes ("connect-", "conn1"), so a sort by them alone compares whole strings; a sort that
+    leads with their hash settles almost every comparison on an 8-byte prefix. (Rows of one
+    partition still sort together: the keys themselves follow the hash.)"""
+    return F.xxhash64(*cols)
+
+
 def _nonempty(c: Column) -> Column:
     return F.when(c != "", c)
 
@@ -157,28 +165,34 @@ class Outputs:
 
 
 def prepare(raw: DataFrame) -> DataFrame:
-    """Parse details, flag bad input, make time monotonic per group, number group incarnations."""
-    w = Window.partitionBy("group_id").orderBy("id")
+    """Make time monotonic per group, number group incarnations, parse details, flag bad input.
+
+    The per-group window (a shuffle and a sort) runs over the rows as read, the JSON text included:
+    the parsed details are several times larger than their text, so they are parsed after it."""
+    w = Window.partitionBy(_hashed("group_id"), "group_id").orderBy("id")
     before = w.rowsBetween(Window.unboundedPreceding, -1)
+    prev_max = F.max("time_ms").over(before)
+    # Distributed by group alone (so that every later window and aggregation by group and more finds
+    # the rows where it needs them, without another shuffle); the window's own sort leads with the hash.
+    ordered = raw.repartition("group_id").select(
+        "*",
+        F.coalesce(F.col("time_ms") < prev_max, F.lit(False)).alias("backwards"),
+        F.greatest(F.col("time_ms"), F.coalesce(prev_max, F.col("time_ms"))).alias("t"),
+        F.sum(F.when(F.col("event") == EventType.GROUP_CREATED, 1).otherwise(0))
+        .over(w.rowsBetween(Window.unboundedPreceding, 0))
+        .alias("inc"),
+    )
     parsed = F.from_json("details", DETAILS_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})
-    ev = raw.select("*", parsed.alias("d"))
+    ev = ordered.select("*", parsed.alias("d"))
     # Not JSON, not an object (a JSON string or array parses without complaint), or fields of the wrong type.
     malformed = F.col("details").isNotNull() & (
         F.col("d._corrupt").isNotNull() | ~F.ltrim(F.col("details")).startswith("{")
     )
     # A malformed details object is read as empty: the event still counts for what its type says.
-    ev = ev.withColumn("d", F.when(malformed, F.lit(None)).otherwise(F.col("d"))).withColumn("malformed", malformed)
-    prev_max = F.max("time_ms").over(before)
     return (
-        ev.withColumn("backwards", F.coalesce(F.col("time_ms") < prev_max, F.lit(False)))
-        .withColumn("t", F.greatest(F.col("time_ms"), F.coalesce(prev_max, F.col("time_ms"))))
+        ev.withColumn("d", F.when(malformed, F.lit(None)).otherwise(F.col("d")))
+        .withColumn("malformed", malformed)
         .withColumn("known", F.col("event").isin(KNOWN_EVENTS))
-        .withColumn(
-            "inc",
-            F.sum(F.when(F.col("event") == EventType.GROUP_CREATED, 1).otherwise(0)).over(
-                w.rowsBetween(Window.unboundedPreceding, 0)
-            ),
-        )
         .withColumn("member", _nonempty(F.col("member_id")))
         # Parsed: the raw text and the parser's corrupt-record column are not needed further (the
         # prepared events are cached; keeping them would double what the cache holds).
@@ -246,52 +260,55 @@ def item_events(ev: DataFrame) -> DataFrame:
         "event",
         cause.alias("cause"),
         stop_at.alias("stop_at"),
-        F.explode(arr).alias("x"),
+        F.posexplode(arr).alias("pos", "x"),
     ).select("*", "x.item", "x.is_task", "x.kind")
 
 
 def downtime(ie: DataFrame) -> DataFrame:
-    """Segments of per-item events between closers (START, DELETE) -> downtime intervals."""
-    w = Window.partitionBy("group_id", "is_task", "item").orderBy("id")
+    """Per-item events -> downtime intervals, in one sort per (group, item) by event id.
+
+    A row opens a segment when it is eligible (a CREATE; a STOP while the item is running, i.e.
+    after a START or before any closer) and no eligible row came since the last closer; the closer
+    that ends it is the next closer (START, DELETE) after it. Window functions over the same order
+    find both: the last kinds seen before each row, then -- once only openers and closers are left --
+    the row after each opener (the next opener needs a closer in between, so that row is a closer or
+    none: still down)."""
+    ie = ie.withColumn("item_hash", _hashed("group_id", "is_task", "item"))
+    w = Window.partitionBy("item_hash", "group_id", "is_task", "item").orderBy("id", "pos")
     before = w.rowsBetween(Window.unboundedPreceding, -1)
-    closer = F.col("kind").isin(START, DELETE)
-    prev_closer = F.last(F.when(closer, F.col("kind")), ignorenulls=True).over(before)
-    seg = F.coalesce(F.sum(F.when(closer, 1).otherwise(0)).over(before), F.lit(0))
-    eligible = (F.col("kind") == CREATE) | ((F.col("kind") == STOP) & (F.coalesce(prev_closer, F.lit(START)) == START))
-    s = ie.select("*", seg.alias("seg"), eligible.alias("eligible"))
-    segs = s.groupBy("group_id", "is_task", "item", "seg").agg(
-        F.min(
-            F.when(
-                F.col("eligible"),
-                F.struct(
-                    F.col("id"), F.col("stop_at").alias("at"), F.col("cause"), F.col("member"), F.col("t"), F.col("inc")
-                ),
-            )
-        ).alias("o"),
-        F.max(
-            F.when(
-                closer,
-                F.struct(
-                    F.col("id"), F.col("t"), F.col("kind"), F.col("member"), F.col("assignment_epoch"), F.col("inc")
-                ),
-            )
-        ).alias("c"),
+    kind = F.col("kind")
+    closer = kind.isin(START, DELETE)
+    prev_closer = F.coalesce(F.last(F.when(closer, kind), ignorenulls=True).over(before), F.lit(START))
+    last_kind = F.last(kind).over(before)  # null: the item's first row
+    last_non_stop = F.last(F.when(kind != STOP, kind), ignorenulls=True).over(before)
+    eligible = (kind == CREATE) | ((kind == STOP) & (prev_closer == START))
+    # An eligible row already since the last closer: a CREATE (the last non-STOP kind), or a STOP
+    # right before this row while the item was running.
+    open_already = F.coalesce(last_non_stop == CREATE, F.lit(False)) | (
+        F.coalesce(last_kind == STOP, F.lit(False)) & (prev_closer == START)
     )
+    ends = ie.select("*", (eligible & ~open_already).alias("opens"), closer.alias("closes")).filter(
+        F.col("opens") | F.col("closes")
+    )
+    c = F.lead(
+        F.struct(F.col("id"), F.col("t"), kind, F.col("member"), F.col("assignment_epoch"), F.col("inc")), 1
+    ).over(w)
+    segs = ends.select("*", c.alias("c")).filter(F.col("opens"))
     deleted = F.col("c.kind") == DELETE
     started = F.col("c.t")
-    return segs.filter(F.col("o").isNotNull()).select(
+    return segs.select(
         "group_id",
         "item",
-        F.col("o.at").alias("stopped_at"),
+        F.col("stop_at").alias("stopped_at"),
         started.alias("started_at"),
-        F.when(started.isNotNull(), F.greatest(started - F.col("o.at"), F.lit(0))).alias("downtime_ms"),
-        F.col("o.member").alias("from_member_id"),
+        F.when(started.isNotNull(), F.greatest(started - F.col("stop_at"), F.lit(0))).alias("downtime_ms"),
+        F.col("member").alias("from_member_id"),
         F.when(~deleted, F.col("c.member")).alias("to_member_id"),
-        F.when(deleted, F.lit("deleted")).otherwise(F.col("o.cause")).alias("cause"),
+        F.when(deleted, F.lit("deleted")).otherwise(F.col("cause")).alias("cause"),
         # internal
         "is_task",
-        F.col("o.id").alias("opener_id"),
-        F.col("o.t").alias("opened_t"),
+        F.col("id").alias("opener_id"),
+        F.col("t").alias("opened_t"),
         F.col("c.id").alias("closer_id"),
         F.when(F.col("c.kind") == START, F.col("c.assignment_epoch")).alias("started_epoch"),
         F.col("c.inc").alias("started_inc"),
@@ -528,11 +545,12 @@ def _materialize(df: DataFrame, name: str, timings: dict[str, float]) -> DataFra
 
 def compute(raw: DataFrame) -> Outputs:
     """The tables as DataFrames over cached intermediate results: the events are read (JDBC) and
-    prepared once, and every intermediate used by more than one output (per-item events, downtime,
-    epochs, revocations) is computed once, in dependency order, before the tables are written."""
+    prepared once, and the intermediates used by more than one output (downtime, epochs,
+    revocations) are computed once, in dependency order, before the tables are written."""
     timings: dict[str, float] = {}
     ev = _materialize(prepare(raw), "read+prepare", timings)
-    ie = _materialize(item_events(ev), "item_events", timings)
+    # Not cached: downtime sorts it once; epochs count the revoked items of its revocation rows only.
+    ie = item_events(ev)
     dt = _materialize(downtime(ie), "downtime", timings)
     ge = _materialize(epochs(ev, ie, dt), "epochs", timings)
     mr = _materialize(revocations(ev), "revocations", timings)
