@@ -101,6 +101,7 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
     rewrite_from = dt.date.fromisoformat(state["rewrite_from_date"]) if state else None
     for name, df in result.tables.items():
         started = time.monotonic()
+        spark.sparkContext.setJobDescription(f"connect-metrics: write {name}")  # named in Spark's UI
         if rewrite_from is not None:
             df = df.filter(F.col("date") >= F.lit(rewrite_from))
         # No shuffle before the write: each task writes its rows into the date folders it has (a
@@ -115,20 +116,22 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
         timings[f"write {name}"] = time.monotonic() - started
 
     started = time.monotonic()
+    spark.sparkContext.setJobDescription("connect-metrics: checkpoint")
     last_id = b.max_id if b.max_id is not None else 0
     checkpoint: dict[str, Any] = {"version": 1, "database": db.display, "last_event_id": last_id}
     checkpoint.update(_reread_point(result, rewrite_from))
     _write_checkpoint(out, checkpoint)
     spark.catalog.clearCache()
     quality = _quality_totals(spark, out)
+    spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # (None clears it)
     timings["checkpoint"] = time.monotonic() - started
     return RunStats(b.count, not incremental, last_id, quality, timings)
 
 
 def _reread_point(result: Any, floor: dt.date | None) -> dict[str, Any]:
     """The checkpoint's rewrite_from_date and reread_from_id (see the module docstring)."""
-    ev = result.events
-    last_t, last_id = ev.agg(F.max("t"), F.max("id")).first()
+    hours = result.hours
+    last_t, last_id = hours.agg(F.max("last_t"), F.max("last_id")).first()
     if last_t is None:
         return {"rewrite_from_date": None, "reread_from_id": 0}
     oldest_open, first_open_id = result.open_anchors.agg(F.min("anchor_at"), F.min("anchor_id")).first()
@@ -137,7 +140,8 @@ def _reread_point(result: Any, floor: dt.date | None) -> dict[str, Any]:
     if floor is not None and day < floor:
         day = floor  # days before the previous rewrite point are final
     day_start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp() * 1000)
-    first_of_day = ev.filter(F.col("t") >= day_start).agg(F.min("id")).first()[0]
+    # (days begin on the hour: the hours from day_start hold exactly the events from it)
+    first_of_day = hours.filter(F.col("hour") >= day_start).agg(F.min("first_id")).first()[0]
     reread = first_of_day if first_of_day is not None else last_id
     earlier = [result.closed_spans.filter(F.col("last_id") >= reread).agg(F.min("first_id")).first()[0], first_open_id]
     reread = min([reread, *(x for x in earlier if x is not None)])

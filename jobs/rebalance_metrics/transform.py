@@ -160,7 +160,7 @@ class Outputs:
     # One row per unfinished thing or closed interval, for the incremental re-read point.
     open_anchors: DataFrame  # (anchor_at, anchor_id): rows whose outcome is still to come
     closed_spans: DataFrame  # (first_id, last_id): finished things, spanning event ids
-    events: DataFrame  # (id, t): the prepared events
+    hours: DataFrame  # (hour, first_id, last_id, last_t): the events' span per group and hour
     timings: dict[str, float] = field(default_factory=dict)  # seconds per cached intermediate
 
 
@@ -439,60 +439,21 @@ def revocations(ev: DataFrame) -> DataFrame:
     )
 
 
-def summary(ev: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
+# Checks seen on one event (data_quality), in order; group_deleted_mid_rebalance is found by the epochs.
+EVENT_CHECKS = ("unknown_event_type", "malformed_details", "clock_backwards", "items_not_named")
+COUNTED = ("rebalances", "epochs", "joins", "leaves", "fences", "expiries")
+
+
+def _hour(ms: Column) -> Column:
+    return (F.floor(ms / HOUR_MS) * HOUR_MS).cast("long")
+
+
+def hourly(ev: DataFrame) -> DataFrame:
+    """One row per group and hour with events: what the summary counts, the checks each event
+    failed (count, first and last id), and the hour's first and last event (for the checkpoint) --
+    every per-event question asked of all events, answered in one pass."""
     e = F.col("event")
-    hour = (F.floor(F.col("t") / HOUR_MS) * HOUR_MS).cast("long")
-
-    def count(cond: Column) -> Column:
-        return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
-
-    counts = (
-        ev.filter(F.col("known"))
-        .withColumn("hour", hour)
-        .groupBy("group_id", "hour")
-        .agg(
-            count(e == EventType.ASSIGNMENT_INSTALLED).alias("rebalances"),
-            count(e == EventType.GROUP_EPOCH_BUMPED).alias("epochs"),
-            count(e == EventType.MEMBER_JOINED).alias("joins"),
-            count((e == EventType.MEMBER_LEFT) & ~F.coalesce(F.col("d.temporary"), F.lit(False))).alias("leaves"),
-            count(e == EventType.MEMBER_FENCED).alias("fences"),
-            count(e == EventType.MEMBER_EXPIRED).alias("expiries"),
-        )
-    )
-    tts = F.col("time_to_stable_ms")
-    stab = (
-        ge.withColumn("hour", (F.floor(F.col("bumped_at") / HOUR_MS) * HOUR_MS).cast("long"))
-        .groupBy("group_id", "hour")
-        .agg(
-            F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p50"),
-            F.expr("percentile_disc(0.95) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p95"),
-            F.max(tts).alias("mx"),
-            F.sum("moved_items").alias("moved"),
-        )
-    )
-    down = (
-        dt.filter(F.col("is_task") & F.col("downtime_ms").isNotNull())
-        .withColumn("hour", (F.floor(F.col("opened_t") / HOUR_MS) * HOUR_MS).cast("long"))
-        .groupBy("group_id", "hour")
-        .agg(F.sum("downtime_ms").alias("down_ms"))
-    )
-    out = counts.join(stab, ["group_id", "hour"], "full").join(down, ["group_id", "hour"], "full")
-    zero = F.lit(0).cast("long")
-    return out.select(
-        "group_id",
-        "hour",
-        *(F.coalesce(c, zero).alias(c) for c in ("rebalances", "epochs", "joins", "leaves", "fences", "expiries")),
-        F.col("p50").alias("p50_time_to_stable_ms"),
-        F.col("p95").alias("p95_time_to_stable_ms"),
-        F.col("mx").alias("max_time_to_stable_ms"),
-        (F.coalesce(F.col("down_ms"), zero) / F.lit(1000.0)).alias("task_downtime_s"),
-        F.coalesce(F.col("moved"), zero).cast("long").alias("moved_items"),
-    )
-
-
-def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
-    """Bad input, counted per check and day (the day of the event that shows it)."""
-    e = F.col("event")
+    known = F.col("known")
     moves_work = e.isin(
         EventType.ITEMS_ASSIGNED,
         EventType.REVOCATION_REQUESTED,
@@ -508,16 +469,101 @@ def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
         & F.col("d.connectors").isNull()
         & F.col("d.tasks").isNull()
     )
-    flags = ev.select(
-        "id",
-        "t",
-        F.array(
-            F.when(~F.col("known"), F.lit("unknown_event_type")),
-            F.when(F.col("malformed"), F.lit("malformed_details")),
-            F.when(F.col("backwards"), F.lit("clock_backwards")),
-            F.when(unnamed & ~F.col("malformed"), F.lit("items_not_named")),
-        ).alias("checks"),
-    ).select("id", "t", F.explode("checks").alias("check"))
+    failed = {
+        "unknown_event_type": ~known,
+        "malformed_details": F.col("malformed"),
+        "clock_backwards": F.col("backwards"),
+        "items_not_named": known & unnamed & ~F.col("malformed"),
+    }
+    counted = {
+        "rebalances": e == EventType.ASSIGNMENT_INSTALLED,
+        "epochs": e == EventType.GROUP_EPOCH_BUMPED,
+        "joins": e == EventType.MEMBER_JOINED,
+        "leaves": (e == EventType.MEMBER_LEFT) & ~F.coalesce(F.col("d.temporary"), F.lit(False)),
+        "fences": e == EventType.MEMBER_FENCED,
+        "expiries": e == EventType.MEMBER_EXPIRED,
+    }
+
+    def count(cond: Column) -> Column:
+        return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
+
+    return ev.groupBy("group_id", _hour(F.col("t")).alias("hour")).agg(
+        count(known).alias("known_events"),
+        *(count(known & cond).alias(name) for name, cond in counted.items()),
+        *(
+            agg.alias(f"{check}_{what}")
+            for check, cond in failed.items()
+            for what, agg in (
+                ("events", count(cond)),
+                ("first", F.min(F.when(cond, F.col("id")))),
+                ("last", F.max(F.when(cond, F.col("id")))),
+            )
+        ),
+        F.min("id").alias("first_id"),
+        F.max("id").alias("last_id"),
+        F.max("t").alias("last_t"),
+    )
+
+
+def summary(hr: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
+    # An hour of a group is in the summary when a known event happened in it (or an epoch began, or
+    # task downtime started in it).
+    counts = hr.filter(F.col("known_events") > 0).select("group_id", "hour", *COUNTED)
+    tts = F.col("time_to_stable_ms")
+    stab = (
+        ge.withColumn("hour", _hour(F.col("bumped_at")))
+        .groupBy("group_id", "hour")
+        .agg(
+            F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p50"),
+            F.expr("percentile_disc(0.95) WITHIN GROUP (ORDER BY time_to_stable_ms)").cast("long").alias("p95"),
+            F.max(tts).alias("mx"),
+            F.sum("moved_items").alias("moved"),
+        )
+    )
+    down = (
+        dt.filter(F.col("is_task") & F.col("downtime_ms").isNotNull())
+        .withColumn("hour", _hour(F.col("opened_t")))
+        .groupBy("group_id", "hour")
+        .agg(F.sum("downtime_ms").alias("down_ms"))
+    )
+    out = counts.join(stab, ["group_id", "hour"], "full").join(down, ["group_id", "hour"], "full")
+    zero = F.lit(0).cast("long")
+    return out.select(
+        "group_id",
+        "hour",
+        *(F.coalesce(c, zero).alias(c) for c in COUNTED),
+        F.col("p50").alias("p50_time_to_stable_ms"),
+        F.col("p95").alias("p95_time_to_stable_ms"),
+        F.col("mx").alias("max_time_to_stable_ms"),
+        (F.coalesce(F.col("down_ms"), zero) / F.lit(1000.0)).alias("task_downtime_s"),
+        F.coalesce(F.col("moved"), zero).cast("long").alias("moved_items"),
+    )
+
+
+def quality(ev: DataFrame, hr: DataFrame, ge: DataFrame) -> DataFrame:
+    """Bad input, counted per check and day (the day of the event that shows it)."""
+    per_event = hr.select(
+        "hour",
+        F.explode(
+            F.array(
+                *(
+                    F.struct(
+                        F.lit(check).alias("check"),
+                        F.col(f"{check}_events").alias("events"),
+                        F.col(f"{check}_first").alias("first"),
+                        F.col(f"{check}_last").alias("last"),
+                    )
+                    for check in EVENT_CHECKS
+                )
+            )
+        ).alias("q"),
+    ).filter(F.col("q.events") > 0)
+    by_day = per_event.groupBy(F.col("q.check").alias("check"), day(F.col("hour")).alias("date")).agg(
+        F.sum("q.events").alias("events"),
+        F.min("q.first").alias("first_event_id"),
+        F.max("q.last").alias("last_event_id"),
+    )
+    e = F.col("event")
     deleted = ev.filter(e == EventType.GROUP_DELETED).select("group_id", "inc", F.col("id").alias("did"), "t")
     # The group's last epoch was being assigned or reconciled (not merely an empty group's).
     last = ge.filter(
@@ -526,17 +572,16 @@ def quality(ev: DataFrame, ge: DataFrame) -> DataFrame:
     mid = (
         deleted.join(last, ["group_id", "inc"])
         .filter(F.col("bump_id") < F.col("did"))
-        .select(F.col("did").alias("id"), "t", F.lit("group_deleted_mid_rebalance").alias("check"))
+        .groupBy(F.lit("group_deleted_mid_rebalance").alias("check"), day(F.col("t")).alias("date"))
+        .agg(F.count("*").alias("events"), F.min("did").alias("first_event_id"), F.max("did").alias("last_event_id"))
     )
-    all_flags = flags.filter(F.col("check").isNotNull()).unionByName(mid)
-    return all_flags.groupBy("check", day(F.col("t")).alias("date")).agg(
-        F.count("*").alias("events"), F.min("id").alias("first_event_id"), F.max("id").alias("last_event_id")
-    )
+    return by_day.unionByName(mid)
 
 
 def _materialize(df: DataFrame, name: str, timings: dict[str, float]) -> DataFrame:
     """Cached and computed now (one job), so that later plans read it instead of racing to build it."""
     started = time.monotonic()
+    df.sparkSession.sparkContext.setJobDescription(f"connect-metrics: {name}")  # named in Spark's UI
     df = df.persist(StorageLevel.MEMORY_AND_DISK)
     df.count()
     timings[name] = time.monotonic() - started
@@ -554,8 +599,9 @@ def compute(raw: DataFrame) -> Outputs:
     dt = _materialize(downtime(ie), "downtime", timings)
     ge = _materialize(epochs(ev, ie, dt), "epochs", timings)
     mr = _materialize(revocations(ev), "revocations", timings)
-    gs = summary(ev, ge, dt)
-    dq = quality(ev, ge)
+    hr = _materialize(hourly(ev), "hourly", timings)
+    gs = summary(hr, ge, dt)
+    dq = quality(ev, hr, ge)
 
     def public(df: DataFrame, name: str) -> DataFrame:
         cols = [F.col(f.name).cast(f.dataType).alias(f.name) for f in OUTPUT_SCHEMAS[name].fields]
@@ -589,4 +635,4 @@ def compute(raw: DataFrame) -> Outputs:
         .select(F.col("opener_id").alias("first_id"), F.col("closer_id").alias("last_id"))
         .unionByName(mr.filter(F.col("end_id").isNotNull()).select(F.col("first_id"), F.col("end_id").alias("last_id")))
     )
-    return Outputs(tables, open_anchors, closed_spans, ev.select("id", "t"), timings)
+    return Outputs(tables, open_anchors, closed_spans, hr.select("first_id", "last_id", "last_t", "hour"), timings)
