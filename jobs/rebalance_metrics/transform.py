@@ -318,38 +318,43 @@ def downtime(ie: DataFrame) -> DataFrame:
 def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
     e = F.col("event")
     key = ["group_id", "inc", "group_epoch"]
-    bumps = ev.filter(e == EventType.GROUP_EPOCH_BUMPED).select(
-        "group_id",
-        "inc",
-        "group_epoch",
-        F.col("id").alias("bump_id"),
-        F.col("t").alias("bumped_at"),
-        F.col("d.reason").alias("reason"),
-        F.col("member").alias("trigger_member_id"),
-        F.lead("id").over(Window.partitionBy("group_id", "inc").orderBy("id")).alias("next_bump_id"),
-    )
-    # The assignment's request (keyed by its group epoch), installation and stability (keyed by
-    # the assignment epoch), in one aggregation.
-    requested, is_installed = e == EventType.ASSIGNMENT_REQUESTED, e == EventType.ASSIGNMENT_INSTALLED
+    # The epoch's bump and its assignment's request (keyed by the group epoch), installation and
+    # stability (keyed by the assignment epoch), in one aggregation; then each epoch's next bump.
+    bumped, requested = e == EventType.GROUP_EPOCH_BUMPED, e == EventType.ASSIGNMENT_REQUESTED
+    is_installed = e == EventType.ASSIGNMENT_INSTALLED
     steps = (
-        ev.filter(e.isin(EventType.ASSIGNMENT_REQUESTED, EventType.ASSIGNMENT_INSTALLED, EventType.GROUP_STABLE))
-        .withColumn("group_epoch", F.when(requested, F.col("group_epoch")).otherwise(F.col("assignment_epoch")))
+        ev.filter(
+            e.isin(
+                EventType.GROUP_EPOCH_BUMPED,
+                EventType.ASSIGNMENT_REQUESTED,
+                EventType.ASSIGNMENT_INSTALLED,
+                EventType.GROUP_STABLE,
+            )
+        )
+        .withColumn(
+            "group_epoch", F.when(bumped | requested, F.col("group_epoch")).otherwise(F.col("assignment_epoch"))
+        )
         .groupBy(*key)
         .agg(
+            # (an epoch bumped twice in one incarnation, which the coordinator never writes: the later bump)
+            F.max(F.when(bumped, F.struct("id", "t", F.col("d.reason").alias("reason"), "member"))).alias("b"),
             F.min(F.when(requested, F.col("t"))).alias("assignment_requested_at"),
             F.min(F.when(is_installed, F.struct("id", "t", F.col("d.executor").alias("executor")))).alias("i"),
             F.min(F.when(e == EventType.GROUP_STABLE, F.col("t"))).alias("stable_at"),
         )
-        .select(
-            *key,
-            "assignment_requested_at",
-            F.col("i.t").alias("assignment_installed_at"),
-            F.when(F.col("i.executor") == "service", "service")
-            .when(F.col("i").isNotNull(), "worker")
-            .alias("executor"),
-            "stable_at",
-        )
+        .filter(F.col("b").isNotNull())
     )
+    bumps = steps.select(
+        *key,
+        F.col("b.id").alias("bump_id"),
+        F.col("b.t").alias("bumped_at"),
+        F.col("b.reason").alias("reason"),
+        F.col("b.member").alias("trigger_member_id"),
+        "assignment_requested_at",
+        F.col("i.t").alias("assignment_installed_at"),
+        F.when(F.col("i.executor") == "service", "service").when(F.col("i").isNotNull(), "worker").alias("executor"),
+        "stable_at",
+    ).withColumn("next_bump_id", F.lead("bump_id").over(Window.partitionBy("group_id", "inc").orderBy("bump_id")))
     moved = (
         ie.filter(F.col("event") == EventType.REVOCATION_REQUESTED)
         .withColumn("group_epoch", F.col("assignment_epoch"))
@@ -370,7 +375,7 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
             F.sum(F.when(F.col("cause") == "new", 1).otherwise(0)).alias("new_items"),
         )
     )
-    out = bumps.join(steps, key, "left").join(moved, key, "left").join(started, key, "left")
+    out = bumps.join(moved, key, "left").join(started, key, "left")
     return out.select(
         "group_id",
         "group_epoch",
