@@ -194,9 +194,10 @@ def prepare(raw: DataFrame) -> DataFrame:
         .withColumn("malformed", malformed)
         .withColumn("known", F.col("event").isin(KNOWN_EVENTS))
         .withColumn("member", _nonempty(F.col("member_id")))
-        # Parsed: the raw text and the parser's corrupt-record column are not needed further (the
-        # prepared events are cached; keeping them would double what the cache holds).
-        .drop("details")
+        # Parsed: the raw text and the parser's corrupt-record column are not needed further, nor
+        # the raw time and member id (t and member replace them). The prepared events are cached:
+        # what they keep, the cache holds.
+        .drop("details", "time_ms", "member_id")
         .withColumn("d", F.col("d").dropFields("_corrupt"))
     )
 
