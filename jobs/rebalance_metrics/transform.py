@@ -489,6 +489,7 @@ def hourly(ev: DataFrame) -> DataFrame:
         "fences": e == EventType.MEMBER_FENCED,
         "expiries": e == EventType.MEMBER_EXPIRED,
     }
+    assert tuple(failed) == EVENT_CHECKS and tuple(counted) == COUNTED  # the columns summary/quality read
 
     def count(cond: Column) -> Column:
         return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
