@@ -288,9 +288,7 @@ def downtime(ie: DataFrame) -> DataFrame:
     open_already = F.coalesce(last_non_stop == CREATE, F.lit(False)) | (
         F.coalesce(last_kind == STOP, F.lit(False)) & (prev_closer == START)
     )
-    ends = ie.select("*", (eligible & ~open_already).alias("opens"), closer.alias("closes")).filter(
-        F.col("opens") | F.col("closes")
-    )
+    ends = ie.select("*", (eligible & ~open_already).alias("opens")).filter(F.col("opens") | closer)
     c = F.lead(
         F.struct(F.col("id"), F.col("t"), kind, F.col("member"), F.col("assignment_epoch"), F.col("inc")), 1
     ).over(w)
