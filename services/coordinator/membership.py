@@ -49,10 +49,21 @@ def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec
     return shared_assignors(tuple(AssignorSpec.from_proto(a) for a in msg.assignors))
 
 
+# The fields a steady-state heartbeat sets (besides request_sequence).
+_STEADY_FIELDS = frozenset(("group_id", "member_id", "member_epoch"))
+
+
 class Membership(CoreBase):
     """ConnectGroupHeartbeat and the life of a member in its group."""
 
-    def heartbeat(self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now_ms: int) -> Result:
+    def heartbeat(
+        self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now_ms: int, *, shortcut: bool = True
+    ) -> Result:
+        """`shortcut=False`: always the full path (the steady-state shortcut's reference, in tests)."""
+        if shortcut:
+            steady = self._steady_heartbeat(req, now_ms)
+            if steady is not None:
+                return Result([], steady, [])
         sink = Sink(self.state, now_ms)
         sink.requester = req.member_id
         try:
@@ -125,14 +136,7 @@ class Membership(CoreBase):
             member = group.members[member.member_id]
 
         mid = member.member_id
-        if req.HasField("request_sequence"):
-            member.last_request_sequence = req.request_sequence
-        # Never earlier than a deadline already set: the member may not have heard yet of a lowered
-        # session timeout, and its SDK stops its work only by the session it was last told.
-        member.session_deadline_ms = max(member.session_deadline_ms, now + self.session_timeout_ms(group))
-        # The group's own id string (not the request's copy): the timer heap keeps the key.
-        self.timer.schedule(TimerKey(TimerKind.SESSION, group.group_id, mid), member.session_deadline_ms)
-        member.last_heartbeat_ms = now
+        session_timeout_ms = self._alive(group, member, req, now)
 
         before = member.current
         # A lost-response request is answered with the member's current assignment and changes
@@ -147,16 +151,7 @@ class Membership(CoreBase):
         inflight = group.process.in_flight
         compute = inflight is not None and inflight.executor == mid and not inflight.prepared
         member = group.members[mid]
-        resp = coordinator_pb2.ConnectGroupHeartbeatResponse(
-            error_code=ErrorCode.COMPUTE_ASSIGNMENT if compute else ErrorCode.NONE,
-            error_message="compute the group's target assignment (ConnectGroupPrepareAssignment, then ConnectGroupInstallAssignment)"
-            if compute
-            else "",
-            member_id=mid,
-            member_epoch=member.member_epoch,
-            heartbeat_interval_ms=self.heartbeat_interval_ms(group),
-            session_timeout_ms=self.session_timeout_ms(group),
-        )
+        resp = self._response(group, member, session_timeout_ms, compute)
         full_request = new_member or (
             req.HasField("rebalance_timeout_ms") and req.HasField("client_assignors") and req.HasField("owned")
         )
@@ -167,6 +162,83 @@ class Membership(CoreBase):
             cur.assigned.to_proto(a.assigned)
             group.pending_of(member).to_proto(a.pending)
         return resp
+
+    def _steady_heartbeat(
+        self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse | None:
+        """The steady-state heartbeat, short: a settled member of a settled group says it is alive,
+        and its request carries nothing but its ids, its epoch and its sequence number.
+
+        For such a request the full path validates, finds nothing to fence, update, reconcile or
+        start, re-arms the session and answers with the epoch alone; this does exactly that, with
+        the checks that prove it reordered ahead (the full path's steps for it, without the steps
+        that are known to do nothing). It is the coordinator's hottest path (every worker, every
+        heartbeat interval: docs/benchmarks.md). None: anything else, for the full path.
+        `tests/coordinator/test_steady_heartbeat.py` holds it to the full path's answer and state
+        over every heartbeat of simulated scenarios."""
+        group = self.state.groups.get(req.group_id)
+        if group is None or req.member_epoch <= 0:
+            return None
+        member = group.members.get(req.member_id)
+        if member is None:
+            return None
+        current = member.current
+        epoch = group.assignment_epoch
+        process = group.process
+        if (
+            current.member_epoch != req.member_epoch
+            or current.member_epoch != epoch  # (so nothing to reconcile: Stable at the group's epoch)
+            or current.state != MemberState.STABLE
+            or group.epoch > epoch  # no assignment to start...
+            or process.in_flight is not None  # ...or to compute
+            or process.epoch_nudge_due
+        ):
+            return None
+        for field, value in req.ListFields():  # nothing set but the ids, the epoch and the sequence
+            name = field.name
+            if name == "request_sequence":
+                if value <= member.last_request_sequence:
+                    return None  # a stale copy: the full path says which
+            elif name not in _STEADY_FIELDS:
+                return None
+        limit = self.config.max_id_length  # (the ids were checked in full when they were created)
+        if len(req.group_id) > limit or len(req.member_id) > limit:
+            return None
+        return self._response(group, member, self._alive(group, member, req, now))
+
+    def _alive(self, group: Group, member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int) -> int:
+        """What every accepted heartbeat does: note its sequence number and time, and re-arm the
+        member's session. Returns the session timeout."""
+        if req.HasField("request_sequence"):
+            member.last_request_sequence = req.request_sequence
+        session_timeout_ms = self.session_timeout_ms(group)
+        # Never earlier than a deadline already set: the member may not have heard yet of a lowered
+        # session timeout, and its SDK stops its work only by the session it was last told.
+        member.session_deadline_ms = max(member.session_deadline_ms, now + session_timeout_ms)
+        # The group's own id string (not the request's copy): the timer heap keeps the key.
+        self.timer.schedule(TimerKey(TimerKind.SESSION, group.group_id, member.member_id), member.session_deadline_ms)
+        member.last_heartbeat_ms = now
+        return session_timeout_ms
+
+    def _response(
+        self, group: Group, member: Member, session_timeout_ms: int, compute: bool = False
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        if compute:
+            return coordinator_pb2.ConnectGroupHeartbeatResponse(
+                error_code=ErrorCode.COMPUTE_ASSIGNMENT,
+                error_message="compute the group's target assignment "
+                "(ConnectGroupPrepareAssignment, then ConnectGroupInstallAssignment)",
+                member_id=member.member_id,
+                member_epoch=member.member_epoch,
+                heartbeat_interval_ms=self.heartbeat_interval_ms(group),
+                session_timeout_ms=session_timeout_ms,
+            )
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms(group),
+            session_timeout_ms=session_timeout_ms,
+        )
 
     def _join(
         self,
