@@ -53,6 +53,9 @@ NOT_STORED = "the state change could not be stored; retry"
 BUILT_ON_FAILED = "a storage write failed; retry"
 
 
+_NO_GROUPS: frozenset[str] = frozenset()
+
+
 class Status(enum.Enum):
     PENDING = "pending"
     DONE = "done"
@@ -239,7 +242,10 @@ class CoordinatorMachine:
     # ---- outputs for the shell -------------------------------------------------------------------
 
     def take_resolved(self) -> list[Ticket]:
-        """Tickets answered (or failed) since the last call, in order."""
+        """Tickets answered (or failed) since the last call, in order (not those answered at once by
+        `submit` with nothing to release: no records, no effects)."""
+        if not self._resolved:
+            return []
         out, self._resolved = self._resolved, []
         return out
 
@@ -270,8 +276,11 @@ class CoordinatorMachine:
         records = result.records
         if not records and not self._pending and self._writing is None and not self._isolating:
             # Nothing before it is still being stored (the idle heartbeat's path: keep it short).
-            ticket = Ticket(result.response, records, result.effects, frozenset())
-            self._succeed(ticket)
+            ticket = Ticket(result.response, records, result.effects, _NO_GROUPS)
+            if result.effects:
+                self._succeed(ticket)
+            else:  # answered at once, nothing to release: the shell has nothing to wake or carry out
+                ticket.status, ticket.answered = Status.DONE, True
             return ticket
         ticket = Ticket(
             result.response,

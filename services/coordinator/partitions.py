@@ -25,6 +25,7 @@ The simulator drives this class with virtual time; the runtime with the monotoni
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import zlib
 from collections.abc import Collection, Iterable
@@ -36,8 +37,10 @@ DEFAULT_RENEW_INTERVAL_MS = 1_000
 FOREVER = 2**62
 
 
+@functools.lru_cache(maxsize=65_536)
 def partition_for(group_id: str, count: int) -> int:
-    """The group's partition: CRC-32 (ISO-HDLC, as zlib and Java's CRC32) of its UTF-8 id, mod count."""
+    """The group's partition: CRC-32 (ISO-HDLC, as zlib and Java's CRC32) of its UTF-8 id, mod count.
+    (Remembered for the most recent ids: every request asks, twice, and a group's id is hashed once.)"""
     return zlib.crc32(group_id.encode("utf-8", "surrogatepass")) % count
 
 
@@ -341,7 +344,7 @@ class PartitionTable:
 
     def serves(self, group_id: str, now_ms: int) -> bool:
         """`route(...).kind is SERVE`, without allocating (every request asks, twice)."""
-        h = self.held.get(zlib.crc32(group_id.encode("utf-8", "surrogatepass")) % self.count)
+        h = self.held.get(partition_for(group_id, self.count))
         return h is not None and h.state is PartState.OWNED and h.valid_until_ms > now_ms
 
     def serving(self, partition: int, now_ms: int) -> bool:

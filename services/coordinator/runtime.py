@@ -400,6 +400,11 @@ class CoordinatorRuntime:
             ) from None
         finally:
             self._busy_ns += time.perf_counter_ns() - started
+        if ticket.answered and ticket.status is Status.DONE:
+            # Answered at once (an idle heartbeat): nothing was awaited since the request was routed,
+            # so the lease that routed it still holds.
+            self._pump()
+            return ticket.response
         response = await self._answer(ticket)
         self._still_served(routed)
         return response

@@ -13,6 +13,7 @@ plaintext `health_listen` then serves the health service alone (for Kubernetes p
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -97,8 +98,6 @@ class _Instrumented:
         self.metrics = runtime.metrics
         self.authorizer = authorizer or Authorizer(None)
         # Labelled children cached: a labels() lookup per request costs more than the core's heartbeat.
-        self._durations: dict[str, Any] = {}
-        self._results: dict[tuple[str, int], Any] = {}
         self._log_unparsable = _RateLimitedLog()
 
     def _denied(self, method: str, count: int = 1) -> None:
@@ -135,7 +134,7 @@ class _Instrumented:
     ) -> Any:
         """Parse check, then authorization, then the handler; every outcome is measured."""
         if not self.authorizer.enabled and not isinstance(request, Unparsable):  # the hot path: nothing to check
-            return await self._call(method, response_type, lambda: run(request), error_of, authorized=True)
+            return await self._call(method, response_type, functools.partial(run, request), error_of, authorized=True)
 
         async def guarded() -> Any:
             refused = self._refusal(method, request, context)
@@ -170,50 +169,41 @@ class _Instrumented:
                 if _has_message(response):  # ListGroupsResponse has no message
                     response.error_message = str(e)
         code = error_of(response) if error_of else response.error_code
-        duration = self._durations.get(method)
-        if duration is None:
-            duration = self._durations[method] = self.metrics.rpc_duration.labels(method)
-        duration.observe(time.perf_counter() - started)
-        result = self._results.get((method, code))
-        if result is None:
-            result = self._results[(method, code)] = self.metrics.rpc_results.labels(
-                method, ERROR_NAMES.get(code, str(code))
-            )
-        result.inc()
+        self.metrics.rpc.record(method, ERROR_NAMES.get(code) or str(code), time.perf_counter() - started)
         return response
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, _Instrumented):
     # Each method: parse check, authorization (Read), then the handler.
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        async def run(r: Any) -> Any:
-            if r.HasField("client_assignors"):  # a join or a change: is every name known?
-                await self.runtime.discover_for(r)  # one no known service serves: ask again
-            self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
-            return await self.runtime.handle(self.core.heartbeat, r)
-
         return await self._serve(
-            "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, run
+            "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, self._heartbeat
         )
+
+    async def _heartbeat(self, r: Any) -> Any:
+        if r.HasField("client_assignors"):  # a join or a change: is every name known?
+            await self.runtime.discover_for(r)  # one no known service serves: ask again
+        self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
+        return await self.runtime.handle(self.core.heartbeat, r)
 
     async def ConnectGroupWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:
         """A member's push stream: nudges until it is replaced, refused or the server stops."""
         method = "ConnectGroupWatch"
         refused = await self._watch_refusal(method, request, context)
         if refused is not None:
-            self.metrics.rpc_results.labels(method, ERROR_NAMES.get(refused.error_code, "?")).inc()
+            self.metrics.rpc.result(method, ERROR_NAMES.get(refused.error_code, "?"))
             yield refused
             return
         hub = self.runtime.nudges
         try:
             stream = hub.open(request.group_id, request.member_id)
         except TooManyStreams as e:
-            self.metrics.rpc_results.labels(method, "COORDINATOR_NOT_AVAILABLE").inc()
+            self.metrics.rpc.result(method, "COORDINATOR_NOT_AVAILABLE")
             yield coordinator_pb2.ConnectGroupWatchResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)
             )
             return
-        self.metrics.rpc_results.labels(method, "NONE").inc()
+        self.metrics.rpc.result(method, "NONE")
         # A first nudge at once: whatever was nudged before the stream opened (a join races its
         # stream) is then caught by the heartbeat that answers it.
         stream.push(NUDGE_STREAM_OPENED)
