@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import grpc
 
@@ -362,17 +362,25 @@ class CoordinatorRuntime:
             )
         return response
 
-    async def _routed(self, request: Any) -> str | None:
-        """The group a request is routed by (raises NotAvailable if it is not served here)."""
+    def _served(self, request: Any) -> str | Literal[False] | None:
+        """The group a request is routed by and served here (the hot path: one lookup); None: not
+        routed (no partitions, or no group id); False: not served here -- ask `_routed` why."""
         replica = self.replica
         gid = getattr(request, "group_id", None)
         if replica is None or replica.table is None or not isinstance(gid, str):
             return None
-        if not replica.table.serves(gid, monotonic_ms()):  # the hot path: one hash, one lookup
+        return gid if replica.table.serves(gid, monotonic_ms()) else False
+
+    async def _routed(self, request: Any) -> str | None:
+        """The group a request is routed by (raises NotAvailable if it is not served here)."""
+        routed = self._served(request)
+        if routed is False:
+            gid = request.group_id
             refused = await self.refusal(gid)
             if refused is not None:
                 raise refused
-        return gid
+            return gid
+        return routed
 
     def _still_served(self, group_id: str | None) -> None:
         """Just before an answer leaves: the lease may have run out while it was being handled."""
@@ -387,7 +395,9 @@ class CoordinatorRuntime:
 
     async def handle(self, handler: Callable[[Any, int], Result], request: Any) -> Any:
         """Run a state-changing handler and return its response once its records are durable."""
-        routed = await self._routed(request)
+        routed = self._served(request)
+        if routed is False:
+            routed = await self._routed(request)
         started = time.perf_counter_ns()
         try:
             ticket = self.machine.submit(handler, request, self.clock())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,18 +123,19 @@ class _Instrumented:
             f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
         )
 
-    async def _serve(
+    def _serve(
         self,
         method: str,
         request: Any,
         context: Any,
         response_type: type,
-        run: Callable[[Any], Any],
+        run: Callable[[Any], Awaitable[Any]],
         error_of: Callable[[Any], int] | None = None,
-    ) -> Any:
-        """Parse check, then authorization, then the handler; every outcome is measured."""
+    ) -> Awaitable[Any]:
+        """Parse check, then authorization, then the handler; every outcome is measured. (Returns
+        the measured call for the servicer to await: one coroutine fewer on the hot path.)"""
         if not self.authorizer.enabled and not isinstance(request, Unparsable):  # the hot path: nothing to check
-            return await self._call(method, response_type, functools.partial(run, request), error_of, authorized=True)
+            return self._call(method, response_type, functools.partial(run, request), error_of, authorized=True)
 
         async def guarded() -> Any:
             refused = self._refusal(method, request, context)
@@ -143,7 +144,7 @@ class _Instrumented:
             code, message = refused
             return _in_band_error(response_type, None if isinstance(request, Unparsable) else request, code, message)
 
-        return await self._call(method, response_type, guarded, error_of, authorized=True)
+        return self._call(method, response_type, guarded, error_of, authorized=True)
 
     async def _call(
         self,
@@ -180,9 +181,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, self._heartbeat
         )
 
-    async def _heartbeat(self, r: Any) -> Any:
+    def _heartbeat(self, r: Any) -> Awaitable[Any]:
         if r.HasField("client_assignors"):  # a join or a change: is every name known?
-            await self.runtime.discover_for(r)  # one no known service serves: ask again
+            return self._discover_then_heartbeat(r)
+        self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
+        return self.runtime.handle(self.core.heartbeat, r)
+
+    async def _discover_then_heartbeat(self, r: Any) -> Any:
+        await self.runtime.discover_for(r)  # a name no known service serves: ask again
         self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
         return await self.runtime.handle(self.core.heartbeat, r)
 
