@@ -4,8 +4,10 @@ Every heartbeat of simulated scenarios (the real core, worker SDK, storage; cras
 duplicated and delayed requests) is also handled by the full path on a copy of the coordinator
 taken just before it: wherever the shortcut answered, the response, the records, the effects, the
 group's state and every timer must be exactly the full path's. The scenarios must take the shortcut
-often (most heartbeats in a settled group do) and the full path too, or the comparison proves
-nothing.
+often and the full path too, or the comparison proves nothing. (Of the shortcut's guards, the
+member's Stable and epoch guards each fail this test when removed, the two assignment guards only
+together -- each implies the other in every state the core reaches -- and the epoch-nudge guard
+never: it keeps the shortcut's proof local.)
 """
 
 from __future__ import annotations
