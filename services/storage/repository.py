@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,6 +145,25 @@ def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
+def _journal_mode_wal(cur: Any, timeout_s: float) -> None:
+    """`PRAGMA journal_mode=WAL`, waiting for the lock as long as any other statement would. Turning
+    a fresh database file into WAL needs it exclusively, and SQLite then answers "database is
+    locked" at once, without its busy handler, while another connection holds a lock (e.g. a second
+    process creating the schema): retried until the busy timeout. (Once the file is in WAL, which
+    persists, the pragma takes no lock.)"""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.002
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 class Storage:
     """SQL storage for coordinator records (SQLite or PostgreSQL).
 
@@ -266,11 +287,11 @@ class Storage:
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             try:
+                cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
                 # WAL: readers (metrics job, admin CLI) never block the writer, and commits are a
                 # sequential append. Persistent in the file; a no-op for in-memory databases.
-                cur.execute("PRAGMA journal_mode=WAL")
+                _journal_mode_wal(cur, busy_timeout_ms / 1000)
                 cur.execute(f"PRAGMA synchronous={synchronous}")
-                cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
             finally:
                 cur.close()
 
