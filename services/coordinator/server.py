@@ -97,7 +97,6 @@ class _Instrumented:
         self.core = runtime.coordinator
         self.metrics = runtime.metrics
         self.authorizer = authorizer or Authorizer(None)
-        # Labelled children cached: a labels() lookup per request costs more than the core's heartbeat.
         self._log_unparsable = _RateLimitedLog()
 
     def _denied(self, method: str, count: int = 1) -> None:
