@@ -223,22 +223,16 @@ class Membership(CoreBase):
     def _response(
         self, group: Group, member: Member, session_timeout_ms: int, compute: bool = False
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        if compute:
-            return coordinator_pb2.ConnectGroupHeartbeatResponse(
-                error_code=ErrorCode.COMPUTE_ASSIGNMENT,
-                error_message="compute the group's target assignment "
-                "(ConnectGroupPrepareAssignment, then ConnectGroupInstallAssignment)",
-                member_id=member.member_id,
-                member_epoch=member.member_epoch,
-                heartbeat_interval_ms=self.heartbeat_interval_ms(group),
-                session_timeout_ms=session_timeout_ms,
-            )
-        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+        resp = coordinator_pb2.ConnectGroupHeartbeatResponse(
             member_id=member.member_id,
             member_epoch=member.member_epoch,
             heartbeat_interval_ms=self.heartbeat_interval_ms(group),
             session_timeout_ms=session_timeout_ms,
         )
+        if compute:
+            resp.error_code = ErrorCode.COMPUTE_ASSIGNMENT
+            resp.error_message = "compute the group's target assignment (ConnectGroupPrepareAssignment, then ConnectGroupInstallAssignment)"
+        return resp
 
     def _join(
         self,

@@ -364,7 +364,7 @@ class CoordinatorRuntime:
 
     def _served(self, request: Any) -> str | Literal[False] | None:
         """The group a request is routed by and served here (the hot path: one lookup); None: not
-        routed (no partitions, or no group id); False: not served here -- ask `_routed` why."""
+        routed (no partitions, or no group id); False: not served here -- `_served_after_all` says why."""
         replica = self.replica
         gid = getattr(request, "group_id", None)
         if replica is None or replica.table is None or not isinstance(gid, str):
@@ -374,13 +374,14 @@ class CoordinatorRuntime:
     async def _routed(self, request: Any) -> str | None:
         """The group a request is routed by (raises NotAvailable if it is not served here)."""
         routed = self._served(request)
-        if routed is False:
-            gid = request.group_id
-            refused = await self.refusal(gid)
-            if refused is not None:
-                raise refused
-            return gid
-        return routed
+        return await self._served_after_all(request.group_id) if routed is False else routed
+
+    async def _served_after_all(self, group_id: str) -> str:
+        """A group not served here at first sight: NotAvailable says why, unless it is served now."""
+        refused = await self.refusal(group_id)
+        if refused is not None:
+            raise refused
+        return group_id
 
     def _still_served(self, group_id: str | None) -> None:
         """Just before an answer leaves: the lease may have run out while it was being handled."""
@@ -397,7 +398,7 @@ class CoordinatorRuntime:
         """Run a state-changing handler and return its response once its records are durable."""
         routed = self._served(request)
         if routed is False:
-            routed = await self._routed(request)
+            routed = await self._served_after_all(request.group_id)
         started = time.perf_counter_ns()
         try:
             ticket = self.machine.submit(handler, request, self.clock())
