@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy import Connection, delete, insert, select, text, tuple_, update
 from sqlalchemy.engine import make_url
 
 from services.coordinator.partitions import LeaseRow, Outcome, Plan, ReplicaRow, Scan
@@ -88,8 +88,10 @@ def init_cluster(conn: Connection, configured: int | None, default: int) -> int:
     return count
 
 
-def read_scan(conn: Connection) -> Scan:
-    now = db_now_ms(conn)
+def read_scan(conn: Connection, now: int | None = None) -> Scan:
+    """Every replica and lease, and the database's clock (`now`: read already in this transaction)."""
+    if now is None:
+        now = db_now_ms(conn)
     replicas = models.REPLICAS_TABLE
     leases = models.LEASES_TABLE
     return Scan(
@@ -134,22 +136,9 @@ def run_cycle(
             conn.execute(
                 insert(replicas).values(replica_id=replica_id, address=address, started_ms=now, expires_ms=expires)
             )
-    scan = read_scan(conn)
+    scan = read_scan(conn, now)
     plan = decide(scan)
-    renewed: dict[int, int] = {}
-    for p, epoch in sorted(plan.renew.items()):
-        hit = conn.execute(
-            update(leases)
-            .where(
-                leases.c.partition == p,
-                leases.c.owner == replica_id,
-                leases.c.epoch == epoch,
-                leases.c.expires_ms > now,
-            )
-            .values(expires_ms=expires, address=address)
-        ).rowcount
-        if hit:
-            renewed[p] = epoch
+    renewed = _renew(conn, replica_id, address, plan.renew, now, expires)
     released: list[int] = []
     for p, epoch in sorted(plan.release.items()):
         hit = conn.execute(
@@ -177,6 +166,38 @@ def run_cycle(
         if row is not None:
             acquired[p] = int(row[0])
     return Outcome(scan, renewed, acquired, tuple(released))
+
+
+def _renew(
+    conn: Connection, replica_id: str, address: str, held: Mapping[int, int], now: int, expires: int
+) -> dict[int, int]:
+    """Renew every lease in `held` (partition -> epoch) still this replica's at that epoch and
+    unexpired, in one UPDATE (a cycle each second renews every partition a replica holds: one
+    statement, not one per partition); returns those renewed."""
+    if not held:
+        return {}
+    leases = models.LEASES_TABLE
+    pairs = sorted(held.items())
+    mine = (
+        (leases.c.owner == replica_id)
+        & (leases.c.expires_ms > now)
+        & tuple_(leases.c.partition, leases.c.epoch).in_(pairs)
+    )
+    if conn.dialect.name == "postgresql":
+        # Lock the rows in partition order first, as an acquisition does (one row at a time, in
+        # order): one UPDATE would lock them in the table's physical order, and two replicas taking
+        # rows in different orders can deadlock. FOR NO KEY UPDATE is what the UPDATE takes anyway,
+        # so it still does not wait for the owner's writes (their FOR KEY SHARE).
+        conn.execute(
+            select(leases.c.partition).where(mine).order_by(leases.c.partition).with_for_update(key_share=True)
+        )
+    rows = conn.execute(
+        update(leases)
+        .where(mine)
+        .values(expires_ms=expires, address=address)
+        .returning(leases.c.partition, leases.c.epoch)
+    )
+    return {int(p): int(e) for p, e in sorted(rows)}
 
 
 def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> None:

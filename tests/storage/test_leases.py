@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.coordinator.partitions import PartitionTable, RouteKind
+from services.coordinator.partitions import PartitionTable, Plan, RouteKind, Scan
 from services.coordinator.records import ConnectorRecord, GroupMetadata, GroupMetadataValue, Record
 from services.storage import Storage
 from services.storage.leases import ClusterMismatch, FencedError, lock_sqlite_file
@@ -133,3 +133,33 @@ def test_a_second_process_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:
         assert "SQLite runs one replica only" in out.stdout and f"pid {os.getpid()}" in out.stdout
     finally:
         held.close()
+
+
+def test_a_cycle_renews_exactly_the_leases_still_held_at_their_epoch(storage: Storage) -> None:
+    """All renewals are one statement: a partition named at another epoch, another owner's or an
+    expired one is left as it is, the others renewed, whatever their order in the table."""
+    storage.init_cluster(COUNT, COUNT)
+    a = replica(storage, "a", lease_ms=300)
+    cycle(storage, a)
+    epochs = {lease.partition: lease.epoch for lease in storage.read_leases().leases}
+    assert sorted(epochs) == list(range(COUNT)) and set(epochs.values()) == {1}
+    time.sleep(0.4)  # every lease of a's has expired: renewing one now must not revive it
+    asked = {3: 1, 1: 1, 0: 7}  # 0 at an epoch a never held
+
+    def renew_only(_scan: Scan) -> Plan:
+        return Plan(renew=dict(asked), acquire=(), release={})
+
+    outcome = storage.lease_cycle("a", a.address, 60_000, renew_only)
+    assert outcome.renewed == {}
+    cycle(storage, a)  # a finds it lost them...
+    cycle(storage, a)  # and takes them again (epoch 2)
+    before = {lease.partition: lease.expires_ms for lease in storage.read_leases().leases}
+    assert {lease.epoch for lease in storage.read_leases().leases} == {2}
+    asked = {3: 2, 1: 2, 0: 1, 2: 2}  # 0 at its old epoch
+    outcome = storage.lease_cycle("b", "b:1", 60_000, renew_only)  # another replica: renews nothing
+    assert outcome.renewed == {}
+    outcome = storage.lease_cycle("a", a.address, 60_000, renew_only)
+    assert outcome.renewed == {1: 2, 2: 2, 3: 2}
+    after = {lease.partition: lease.expires_ms for lease in storage.read_leases().leases}
+    assert after[0] == before[0]
+    assert all(after[p] >= before[p] + 50_000 for p in (1, 2, 3))
