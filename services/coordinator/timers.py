@@ -1,11 +1,16 @@
 """Timers as data: (deadline, key) in a heap, fired only when polled.
 
 The coordinator never sleeps or reads a clock itself: the runtime (or a test, or the simulator)
-calls `pop_expired(now)` and handles the keys. Rescheduling a key just records a new deadline;
-stale heap entries are skipped when popped (lazy deletion), so a heartbeat costs one heap push.
-"""
+calls `pop_expired(now)` and handles the keys.
 
-from __future__ import annotations
+Rescheduling a key to a later deadline -- what every heartbeat does to its member's session -- only
+records the new deadline: the key's entry already in the heap (its *anchor*, at an earlier deadline)
+stands for it, and when the anchor reaches the top it is pushed again at the key's deadline of the
+moment. A heartbeat then costs two dict operations, not a heap push (and a pop of the stale entry
+later). Each deadline keeps the sequence number of the `schedule` that set it, so the heap orders
+keys exactly as if every schedule had pushed: `next_deadline` is exact and keys due together fire
+in the order they were scheduled.
+"""
 
 import enum
 import heapq
@@ -32,17 +37,24 @@ class TimerKey(NamedTuple):
 
 class Timer:
     def __init__(self) -> None:
-        self._deadlines: dict[TimerKey, int] = {}
+        self._deadlines: dict[TimerKey, tuple[int, int]] = {}  # key -> (deadline, sequence number)
+        self._anchors: dict[TimerKey, tuple[int, int]] = {}  # key -> its entry in the heap that counts
         self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = count()
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
-        if self._deadlines.get(key) == deadline_ms:
+        current = self._deadlines.get(key)
+        if current is not None and current[0] == deadline_ms:
             return
-        self._deadlines[key] = deadline_ms
-        heapq.heappush(self._heap, (deadline_ms, next(self._seq), key))
-        # Stale entries (rescheduled keys: every heartbeat moves a session deadline) are dropped once
-        # they outnumber the live ones: at most ~2 entries per timer held, O(1) amortised per schedule.
+        entry = (deadline_ms, next(self._seq))
+        self._deadlines[key] = entry
+        anchor = self._anchors.get(key)
+        if anchor is not None and anchor <= entry:
+            return  # the anchor surfaces first and is pushed again at this deadline
+        self._anchors[key] = entry
+        heapq.heappush(self._heap, (deadline_ms, entry[1], key))
+        # Entries left behind (cancelled keys, deadlines moved earlier) are dropped once they
+        # outnumber the live ones: O(1) amortised per schedule.
         if len(self._heap) > 2 * len(self._deadlines) + 1024:
             self._compact()
 
@@ -50,25 +62,46 @@ class Timer:
         self._deadlines.pop(key, None)
 
     def deadline(self, key: TimerKey) -> int | None:
-        return self._deadlines.get(key)
+        current = self._deadlines.get(key)
+        return None if current is None else current[0]
 
     def next_deadline(self) -> int | None:
-        while self._heap:
-            deadline, _, key = self._heap[0]
-            if self._deadlines.get(key) == deadline:
+        heap = self._heap
+        while heap:
+            deadline, seq, key = heap[0]
+            if self._due(deadline, seq, key):
                 return deadline
-            heapq.heappop(self._heap)
         return None
 
     def pop_expired(self, now_ms: int) -> list[TimerKey]:
         """Keys whose deadline is <= now, in deadline order; each is removed (fires once)."""
         fired: list[TimerKey] = []
-        while self._heap and self._heap[0][0] <= now_ms:
-            deadline, _, key = heapq.heappop(self._heap)
-            if self._deadlines.get(key) == deadline:
-                del self._deadlines[key]
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            deadline, seq, key = heap[0]
+            if self._due(deadline, seq, key):
+                heapq.heappop(heap)
+                del self._deadlines[key], self._anchors[key]
                 fired.append(key)
         return fired
+
+    def _due(self, deadline: int, seq: int, key: TimerKey) -> bool:
+        """Whether the heap's top entry is its key's current deadline; if not, it is replaced (by
+        the key's deadline, if the entry was its anchor and the key is still scheduled) or dropped."""
+        heap = self._heap
+        if self._anchors.get(key) == (deadline, seq):
+            current = self._deadlines.get(key)
+            if current == (deadline, seq):
+                return True
+            if current is None:
+                del self._anchors[key]
+                heapq.heappop(heap)
+            else:  # moved later since it was pushed: the anchor moves with it
+                self._anchors[key] = current
+                heapq.heapreplace(heap, (current[0], current[1], key))
+            return False
+        heapq.heappop(heap)
+        return False
 
     def cancel_group(self, group_id: str) -> None:
         """Cancel every timer of one group ."""
@@ -77,11 +110,13 @@ class Timer:
 
     def clear(self) -> None:
         self._deadlines.clear()
+        self._anchors.clear()
         self._heap.clear()
 
     def __len__(self) -> int:
         return len(self._deadlines)
 
     def _compact(self) -> None:
-        self._heap = [(d, next(self._seq), k) for k, d in self._deadlines.items()]
+        self._anchors = dict(self._deadlines)
+        self._heap = [(d, seq, k) for k, (d, seq) in self._deadlines.items()]
         heapq.heapify(self._heap)

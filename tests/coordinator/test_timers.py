@@ -1,0 +1,83 @@
+"""The timer heap (services/coordinator/timers.py) against a plain model: a dict of each key's
+deadline and the order it was scheduled in. Rescheduling later pushes nothing (the key's anchor
+stands for it), so the heap's answers must still be exactly the model's."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.coordinator.timers import Timer, TimerKey, TimerKind
+
+KEYS = [TimerKey(TimerKind.SESSION, g, m) for g in ("g1", "g2") for m in ("a", "b", "c", "")]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("schedule"), st.sampled_from(KEYS), st.integers(0, 60)),
+        st.tuples(st.just("cancel"), st.sampled_from(KEYS), st.just(0)),
+        st.tuples(st.just("cancel_group"), st.sampled_from(["g1", "g2"]), st.just(0)),
+        st.tuples(st.just("next"), st.just(None), st.just(0)),
+        st.tuples(st.just("pop"), st.just(None), st.integers(0, 60)),
+    ),
+    max_size=80,
+)
+
+
+class Model:
+    def __init__(self) -> None:
+        self.deadlines: dict[TimerKey, tuple[int, int]] = {}
+        self.seq = 0
+
+    def schedule(self, key: TimerKey, deadline: int) -> None:
+        if key in self.deadlines and self.deadlines[key][0] == deadline:
+            return
+        self.seq += 1
+        self.deadlines[key] = (deadline, self.seq)
+
+    def next_deadline(self) -> int | None:
+        return min(self.deadlines.values())[0] if self.deadlines else None
+
+    def pop_expired(self, now: int) -> list[TimerKey]:
+        due = sorted((v, k) for k, v in self.deadlines.items() if v[0] <= now)
+        for _, k in due:
+            del self.deadlines[k]
+        return [k for _, k in due]
+
+
+@settings(max_examples=600, deadline=None)
+@given(ops)
+def test_the_heap_answers_as_the_model(script: list[tuple[str, object, int]]) -> None:
+    timer, model = Timer(), Model()
+    for op, arg, n in script:
+        if op == "schedule":
+            assert isinstance(arg, TimerKey)
+            timer.schedule(arg, n)
+            model.schedule(arg, n)
+        elif op == "cancel":
+            assert isinstance(arg, TimerKey)
+            timer.cancel(arg)
+            model.deadlines.pop(arg, None)
+        elif op == "cancel_group":
+            timer.cancel_group(str(arg))
+            model.deadlines = {k: v for k, v in model.deadlines.items() if k.group_id != arg}
+        elif op == "next":
+            assert timer.next_deadline() == model.next_deadline()
+        else:
+            assert timer.pop_expired(n) == model.pop_expired(n)
+        assert len(timer) == len(model.deadlines)
+        assert all(timer.deadline(k) == (model.deadlines[k][0] if k in model.deadlines else None) for k in KEYS)
+    assert timer.pop_expired(10**9) == model.pop_expired(10**9)
+    assert timer.next_deadline() is None
+
+
+def test_a_heartbeat_that_moves_its_session_later_pushes_nothing() -> None:
+    timer = Timer()
+    keys = [TimerKey(TimerKind.SESSION, "g", f"m{i}") for i in range(100)]
+    for i, key in enumerate(keys):
+        timer.schedule(key, 1_000 + i)
+    for beat in range(1, 50):
+        for i, key in enumerate(keys):
+            timer.schedule(key, 1_000 * beat + i)
+    assert len(timer._heap) == len(keys)  # one entry per key: the anchors
+    assert timer.next_deadline() == 49_000  # the anchors moved up to the last deadlines
+    assert timer.pop_expired(49_050) == keys[:51]
