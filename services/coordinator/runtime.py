@@ -413,8 +413,13 @@ class CoordinatorRuntime:
             self._busy_ns += time.perf_counter_ns() - started
         if ticket.answered and ticket.status is Status.DONE:
             # Answered at once (an idle heartbeat): nothing was awaited since the request was routed,
-            # so the lease that routed it still holds.
-            self._pump()
+            # so the lease that routed it still holds. Without effects the machine released nothing
+            # (it keeps such a ticket off its resolved list), so the pump's only business is the
+            # timer (the handler re-armed a session).
+            if ticket.effects:
+                self._pump()
+            else:
+                self._check_timer()
             return ticket.response
         response = await self._answer(ticket)
         self._still_served(routed)
@@ -468,7 +473,11 @@ class CoordinatorRuntime:
             self.metrics.event_queue_size.set(queued)
         if machine.has_work and not machine.writing:
             self._writer_wakeup.set()
-        deadline = machine.next_deadline()
+        self._check_timer()
+
+    def _check_timer(self) -> None:
+        """Wake the timer task if the earliest deadline moved before the one it sleeps until."""
+        deadline = self.machine.next_deadline()
         if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
             self._timer_wakeup.set()
 
