@@ -12,6 +12,8 @@ keys exactly as if every schedule had pushed: `next_deadline` is exact and keys 
 in the order they were scheduled.
 """
 
+from __future__ import annotations
+
 import enum
 import heapq
 from itertools import count

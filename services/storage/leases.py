@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from sqlalchemy import Connection, Dialect, delete, insert, select, text, tuple_, update
+from sqlalchemy import Connection, delete, insert, select, text, tuple_, update
 from sqlalchemy.engine import make_url
 
 from services.coordinator.partitions import LeaseRow, Outcome, Plan, ReplicaRow, Scan
@@ -209,8 +209,8 @@ def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> 
         return
     clock = conn.get_execution_options().get("db_clock")
     rows = {int(r[0]): r for r in _fence_rows(conn, sorted(fence))}
-    # The clock as the query read it (no row: every partition is refused before the clock matters).
-    now = int(clock()) if clock is not None else next((int(r[4]) for r in rows.values()), 0)
+    # The clock as the query last read it (no row: every partition is refused before it matters).
+    now = int(clock()) if clock is not None else max((int(r[4]) for r in rows.values()), default=0)
     refused: dict[int, str] = {}
     for p, epoch in fence.items():
         row = rows.get(p)
@@ -229,30 +229,29 @@ def _fence_rows(conn: Connection, partitions: list[int]) -> list[Any]:
     each with the database's clock. Sent on the transaction's own DBAPI cursor with SQL built once
     per dialect and partition count -- through SQLAlchemy's statement machinery it cost 3x the
     write it guards."""
+    dialect = conn.dialect
     cursor = conn.connection.cursor()
     try:
-        cursor.execute(_fence_sql(conn.dialect, len(partitions)), partitions)
+        cursor.execute(_fence_sql(dialect.name, dialect.paramstyle, len(partitions)), partitions)
         return list(cursor.fetchall())
     finally:
         cursor.close()
 
 
-@functools.lru_cache(maxsize=64)
-def _fence_sql(dialect: Dialect, count: int) -> str:
-    quote = dialect.identifier_preparer.quote
-    placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
-    partition = quote("partition")
-    columns = ", ".join(quote(c) for c in ("partition", "owner", "epoch", "expires_ms"))
-    sql = (
-        f"SELECT {columns}, {_NOW_EXPRESSIONS[dialect.name]} FROM {quote(models.LEASES_TABLE.name)} "
-        f"WHERE {partition} IN ({', '.join([placeholder] * count)}) ORDER BY {partition}"
+@functools.lru_cache(maxsize=256)
+def _fence_sql(dialect: str, paramstyle: str, count: int) -> str:
+    placeholder = "?" if paramstyle == "qmark" else "%s"
+    # FOR KEY SHARE (PostgreSQL): blocks an acquisition (its SELECT ... FOR UPDATE) until this write
+    # commits, but not the owner's own renewals (a plain UPDATE of non-key columns), so a long write
+    # never costs its replica the lease. The rows are locked in the subquery and the clock is read
+    # by the outer query, row by row after each is locked: the last row's reading (the check takes
+    # the latest) comes after any wait for a lock, as when the clock was read by a second query.
+    lock = " FOR KEY SHARE" if dialect == "postgresql" else ""
+    return (
+        f"SELECT l.partition, l.owner, l.epoch, l.expires_ms, {_NOW_EXPRESSIONS[dialect]} "
+        f"FROM (SELECT partition, owner, epoch, expires_ms FROM {models.LEASES_TABLE.name} "
+        f"WHERE partition IN ({', '.join([placeholder] * count)}) ORDER BY partition{lock}) AS l"
     )
-    if dialect.name == "postgresql":
-        # FOR KEY SHARE: blocks an acquisition (its SELECT ... FOR UPDATE) until this write commits,
-        # but not the owner's own renewals (a plain UPDATE of non-key columns), so a long write never
-        # costs its replica the lease.
-        sql += " FOR KEY SHARE"
-    return sql
 
 
 def sqlite_lock_path(url: str) -> str | None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy
+from sqlalchemy import text
 
 from services.coordinator.partitions import PartitionTable, Plan, RouteKind, Scan
 from services.coordinator.records import ConnectorRecord, GroupMetadata, GroupMetadataValue, Record
@@ -163,3 +166,51 @@ def test_a_cycle_renews_exactly_the_leases_still_held_at_their_epoch(storage: St
     after = {lease.partition: lease.expires_ms for lease in storage.read_leases().leases}
     assert after[0] == before[0]
     assert all(after[p] >= before[p] + 50_000 for p in (1, 2, 3))
+
+
+@pytest.mark.postgres
+def test_a_write_that_waited_for_its_lease_row_reads_the_clock_after_the_wait(postgres_db_url: str) -> None:
+    """The fence's clock comes with its lease rows in one query, read after each row is locked: a
+    write that waited (FOR KEY SHARE) behind an acquisition's FOR UPDATE while its lease ran out is
+    refused as expired, even when the acquisition then took nothing."""
+    storage = Storage(postgres_db_url)
+    storage.open()
+    engine = sqlalchemy.create_engine(postgres_db_url)
+    try:
+        storage.init_cluster(COUNT, COUNT)
+        a = replica(storage, "a", lease_ms=LEASE_MS)
+        cycle(storage, a)
+        gid = group_in(1)
+        fence = ("a", a.fence([gid]))
+        outcome: list[BaseException | None] = []
+
+        def write() -> None:
+            try:
+                storage.write(records(gid, 1), fence=fence)
+                outcome.append(None)
+            except BaseException as e:  # handed to the test thread
+                outcome.append(e)
+
+        with engine.connect() as other:
+            other.execute(text("SELECT partition FROM partition_leases WHERE partition = 1 FOR UPDATE"))
+            writer = threading.Thread(target=write)
+            writer.start()
+            waiting = 0
+            for _ in range(200):  # until the write is waiting for the row
+                waiting = other.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                    )
+                ).scalar_one()
+                if waiting:
+                    break
+                time.sleep(0.02)
+            assert waiting == 1
+            time.sleep(LEASE_MS / 1000 + 0.2)  # the lease runs out meanwhile
+            other.rollback()  # the "acquisition" takes nothing
+        writer.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], FencedError), outcome
+        assert "expired" in str(outcome[0])
+    finally:
+        engine.dispose()
+        storage.close()
