@@ -19,7 +19,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from sqlalchemy import Connection, delete, insert, select, text, tuple_, update
@@ -224,7 +224,7 @@ def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> 
         raise FencedError(refused)
 
 
-def _fence_rows(conn: Connection, partitions: list[int]) -> list[Any]:
+def _fence_rows(conn: Connection, partitions: list[int]) -> Sequence[Any]:
     """The fence check's one query (it runs in every write transaction): the batch's lease rows,
     each with the database's clock. Sent on the transaction's own DBAPI cursor with SQL built once
     per dialect and partition count -- through SQLAlchemy's statement machinery it cost 3x the
@@ -233,7 +233,7 @@ def _fence_rows(conn: Connection, partitions: list[int]) -> list[Any]:
     cursor = conn.connection.cursor()
     try:
         cursor.execute(_fence_sql(dialect.name, dialect.paramstyle, len(partitions)), partitions)
-        return list(cursor.fetchall())
+        return cursor.fetchall()
     finally:
         cursor.close()
 

@@ -302,7 +302,7 @@ class Storage:
             mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
             # On the driver's connection: through SQLAlchemy's statement machinery this one line
             # cost a third of a small write.
-            conn.connection.dbapi_connection.execute(_BEGIN[mode])  # type: ignore[union-attr]
+            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")  # type: ignore[union-attr]
 
         return engine
 
@@ -537,9 +537,6 @@ class _SqliteBulk:
         for i in self.json_positions:
             values[i] = _json_dumps(values[i])
         return tuple(values)
-
-
-_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
 
 
 class _NoLock:
