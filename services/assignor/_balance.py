@@ -1,16 +1,21 @@
 """Sticky balancing of one kind of item (connectors, or tasks) over the live members.
 
 Connect counts connectors and tasks separately, so the incremental cooperative core calls this
-once per kind. Everything here is linear in members plus moved items, apart from sorting the
-members once and the items that actually move.
+once per kind. Members are positions (0..n-1, the members sorted by id), and what is known per
+member is held in lists by position: building a list is several times cheaper than building a dict
+keyed by member id, and at 10,000 members every pass over them counts. The passes over all members
+are C-level (`map`, `compress`); Python steps are spent only on the members that give items up or
+receive them. Everything is linear in members plus moved items, apart from sorting the members
+once (by a tiebreak) and the items that actually move.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
 from typing import Generic, TypeVar
 
 from services.common.items import TaskId
@@ -20,61 +25,60 @@ K = TypeVar("K", str, TaskId)
 
 @dataclass(slots=True)
 class _Receiver:
-    member: str
+    member: int
     deficit: int
 
 
 @dataclass(slots=True)
 class Moves(Generic[K]):
-    gained: dict[str, list[K]]
-    revoked: dict[str, list[K]]
-    # How many items each member ends up with.
-    counts: dict[str, int]
+    # By member position.
+    gained: dict[int, list[K]]
+    revoked: dict[int, list[K]]
+    # How many items each member ends up with, by position.
+    counts: list[int]
 
 
 def rebalance(
-    held: Mapping[str, Collection[K]],
+    held: Sequence[Collection[K]],
     fresh: Sequence[K],
     lost: Sequence[K] = (),
-    candidates: Collection[str] = (),
+    candidates: Collection[int] = (),
     *,
     allow_revoke: bool,
     shed: Callable[[Collection[K], int], list[K]],
-    tiebreak: Mapping[str, int] | None = None,
+    tiebreak: Sequence[int] | None = None,
 ) -> Moves[K]:
     """Give every unassigned item (``fresh`` and ``lost``) a member and even out the load.
 
-    ``held`` is each live member's sticky base. With ``allow_revoke`` every member ends within one
-    of the average and the fewest possible items leave their member; without it nothing is taken
-    away and the unassigned items only level the least loaded members up (Connect does not revoke
-    while a delayed rebalance is pending). ``lost`` goes to ``candidates`` first, as far as their
-    share allows. Ties go by ``tiebreak`` (lower first; it must cover every member), then by id.
+    ``held[i]`` is the sticky base of the member at position ``i`` (members sorted by id). With
+    ``allow_revoke`` every member ends within one of the average and the fewest possible items
+    leave their member; without it nothing is taken away and the unassigned items only level the
+    least loaded members up (Connect does not revoke while a delayed rebalance is pending). ``lost``
+    goes to ``candidates`` (positions) first, as far as their share allows. Ties go by ``tiebreak``
+    (by position, lower first), then by id.
     """
-    if not held:
-        return Moves({}, {}, {})
-    counts = dict(zip(held, map(len, held.values()), strict=True))
-    # Sorting already sorted ids is linear; the tiebreak pass is stable, so ids stay in order within it.
-    ids = sorted(held)
-    if tiebreak:
-        ids.sort(key=tiebreak.__getitem__)
+    n = len(held)
+    if not n:
+        return Moves({}, {}, [])
+    counts = list(map(len, held))
+    # The members in tiebreak order (a stable sort: ids stay in order within a tiebreak value).
+    order: Sequence[int] = sorted(range(n), key=tiebreak.__getitem__) if tiebreak else range(n)
     unassigned = len(fresh) + len(lost)
     if allow_revoke:
-        quotas = _balanced_quotas(ids, counts, sum(counts.values()) + unassigned, candidates if lost else ())
+        quotas, shedders, short = _balanced(order, counts, sum(counts) + unassigned, candidates if lost else ())
     else:
-        quotas = _levelling_quotas(ids, counts, unassigned)
+        quotas, shedders, short = _levelled(order, counts, unassigned)
 
-    revoked: dict[str, list[K]] = {}
-    for m in ids:  # a fixed order: ``shed`` may depend on what earlier members gave up
+    revoked: dict[int, list[K]] = {}
+    for m in shedders:  # in ``order``: ``shed`` may depend on what earlier members gave up
         excess = counts[m] - quotas[m]
-        if excess > 0:
-            revoked[m] = shed(held[m], excess)
-            counts[m] -= excess
+        revoked[m] = shed(held[m], excess)
+        counts[m] -= excess
 
     # Least loaded first, so that with fewer items than receivers the emptiest members get them.
-    receivers = [
-        _Receiver(m, quotas[m] - counts[m]) for m in sorted(ids, key=counts.__getitem__) if quotas[m] > counts[m]
-    ]
-    gained: dict[str, list[K]] = {}
+    short.sort(key=counts.__getitem__)  # stable: ties keep ``order``
+    receivers = [_Receiver(m, quotas[m] - counts[m]) for m in short]
+    gained: dict[int, list[K]] = {}
     leftover_lost: Sequence[K] = lost
     if lost and candidates:
         ordered_lost: list[K] = sorted(lost)
@@ -89,49 +93,66 @@ def rebalance(
     return Moves(gained, revoked, quotas)
 
 
-def _balanced_quotas(
-    ids: list[str], counts: Mapping[str, int], total: int, preferred: Collection[str]
-) -> dict[str, int]:
-    """Each member's final count: the average rounded down, or up for ``total % n`` of them."""
-    base, extra = divmod(total, len(ids))
-    quotas = dict.fromkeys(ids, base)
-    if extra:
-        # A slot above the average saves a revocation if it goes to a member already above it; for
-        # anyone else it only decides who receives one more item, so it may as well be a member
-        # ``preferred`` for the items being handed out.
-        above = [m for m in ids if counts[m] > base]
-        rest = [m for m in ids if counts[m] <= base]
+def _balanced(
+    order: Sequence[int], counts: list[int], total: int, preferred: Collection[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Each member's final count -- the average rounded down, or up for ``total % n`` of them -- and
+    the members above their quota (in ``order``) and below it (in ``order``).
+
+    A slot above the average saves a revocation if it goes to a member already above it; for anyone
+    else it only decides who receives one more item, so it may as well be a member ``preferred``
+    for the items being handed out."""
+    n = len(counts)
+    base, extra = divmod(total, n)
+    ordered_counts = counts if isinstance(order, range) else list(map(counts.__getitem__, order))
+    above = list(compress(order, map(base.__lt__, ordered_counts)))
+    rest = list(compress(order, map(base.__ge__, ordered_counts)))
+    quotas = [base] * n
+    # The members above the average keep one more than it, as far as the extra slots go; any
+    # slots left go to the first of the rest.
+    up = above[:extra]
+    rest_up = extra - len(up)
+    if rest_up > 0:
         if preferred:
-            rest.sort(key=lambda m: m not in preferred)  # stable: ties keep ``ids`` order
-        for m in (above + rest)[:extra]:
-            quotas[m] = base + 1
-    return quotas
+            up.extend(sorted(rest, key=lambda m: m not in preferred)[:rest_up])  # stable: ``order`` within
+        else:
+            up.extend(rest[:rest_up])
+    deque(map(quotas.__setitem__, up, repeat(base + 1)), maxlen=0)
+    # Above its quota: a member of ``above`` holding more than base + 1, or not given a slot.
+    over = base + 1
+    kept = above[:extra]
+    shedders = list(compress(kept, map(over.__lt__, map(counts.__getitem__, kept))))
+    shedders.extend(above[extra:])  # (after ``kept`` in ``above``: the list stays in ``order``)
+    # Below its quota: only among the rest (a member above the average never is).
+    short = [m for m in rest if quotas[m] > counts[m]]
+    return quotas, shedders, short
 
 
-def _levelling_quotas(ids: list[str], counts: Mapping[str, int], unassigned: int) -> dict[str, int]:
-    """Water-filling: raise the least loaded members to a common level with ``unassigned`` items."""
-    quotas = dict(counts)
+def _levelled(order: Sequence[int], counts: list[int], unassigned: int) -> tuple[list[int], list[int], list[int]]:
+    """Water-filling: raise the least loaded members to a common level with ``unassigned`` items.
+    Nobody is above its quota; the members below it, in ``order``."""
+    quotas = list(counts)
     if not unassigned:
-        return quotas
-    order = sorted(ids, key=counts.__getitem__)
-    n = len(order)
-    level, remaining, below = counts[order[0]], unassigned, 0
+        return quotas, [], []
+    by_count = sorted(order, key=counts.__getitem__)
+    n = len(by_count)
+    level, remaining, below = counts[by_count[0]], unassigned, 0
     while True:
-        while below < n and counts[order[below]] <= level:
+        while below < n and counts[by_count[below]] <= level:
             below += 1
-        cost = below * (counts[order[below]] - level) if below < n else remaining + 1
+        cost = below * (counts[by_count[below]] - level) if below < n else remaining + 1
         if cost > remaining:
             level += remaining // below
             remaining %= below
             break
         remaining -= cost
-        level = counts[order[below]]
-    for i, m in enumerate(order[:below]):
+        level = counts[by_count[below]]
+    for i, m in enumerate(by_count[:below]):
         quotas[m] = level + (1 if i < remaining else 0)
-    return quotas
+    return quotas, [], [m for m in order if quotas[m] > counts[m]]
 
 
-def _round_robin(items: Sequence[K], receivers: list[_Receiver], gained: dict[str, list[K]]) -> int:
+def _round_robin(items: Sequence[K], receivers: list[_Receiver], gained: dict[int, list[K]]) -> int:
     """Deal ``items`` one at a time over ``receivers`` (their deficits are decremented in place).
 
     Dealing (rather than handing out runs) spreads the tasks of one connector over the receivers.

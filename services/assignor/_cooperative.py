@@ -18,27 +18,35 @@ back at once instead of when the delay expires.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, not_
 
 from services.assignor._balance import TaskShedder, rebalance, shed_connectors
 from services.assignor._model import AssignInput, AssignorState, AssignOutput, LostWork, Member
 from services.common.items import EMPTY, Items, TaskId
 
+_member_id = attrgetter("member_id")
+_target = attrgetter("target")
+_connectors = attrgetter("connectors")
+_tasks = attrgetter("tasks")
+
 
 @dataclass(slots=True)
 class _Base:
-    """The sticky base: who keeps what before balancing. An item is in at most one member's lists.
+    """The sticky base: who keeps what before balancing, by member position (the members sorted by
+    id). An item is in at most one member's lists.
 
     The sets of claimed items are built only when asked for (`claimed_connectors()`,
     `claimed_tasks()`): with checked targets and nothing missing, nobody asks, and a run does not
     touch every task."""
 
-    connectors: dict[str, Collection[str]]
-    tasks: dict[str, Collection[TaskId]]
-    # Members whose lists are exactly their input target (their output can reuse it if nothing moves).
-    untouched: set[str]
+    connectors: list[Collection[str]]
+    tasks: list[Collection[TaskId]]
+    # Positions of the members whose lists are no longer exactly their input target (the others'
+    # output can reuse it if nothing moves).
+    touched: set[int]
     connector_count: int = 0
     task_count: int = 0
     _connectors: set[str] | None = None
@@ -46,34 +54,55 @@ class _Base:
 
     def claimed_connectors(self) -> set[str]:
         if self._connectors is None:
-            self._connectors = set().union(*self.connectors.values())
+            self._connectors = set().union(*self.connectors)
         return self._connectors
 
     def claimed_tasks(self) -> set[TaskId]:
         if self._tasks is None:
-            self._tasks = set().union(*self.tasks.values())
+            self._tasks = set().union(*self.tasks)
         return self._tasks
 
 
 def assign_incremental(inp: AssignInput) -> AssignOutput:
-    members = sorted(inp.members, key=attrgetter("member_id"))
-    live = {m.member_id for m in members}
+    # Members are positions in id order from here on; what is known of them is held in lists by
+    # position, built by C-level passes (at 10,000 members a dict per step was most of a run).
+    members = sorted(inp.members, key=_member_id)
+    ids = list(map(_member_id, members))
+    n = len(ids)
+    live = set(ids)
     conns = inp.connectors
     total_tasks = sum(conns.values())
     previous = inp.previous_target
-    # (`t.connectors or t.tasks` is `bool(t)` without a call per member.)
-    targets = {
-        m.member_id: t if (t := m.target).connectors or t.tasks else previous.get(m.member_id, EMPTY) for m in members
-    }
+    targets = list(map(_target, members))
+    connector_lists: list[Collection[str]] = list(map(_connectors, targets))
+    task_lists: list[Collection[TaskId]] = list(map(_tasks, targets))
+    # A member with an empty target falls back to its entry in the previous target.
+    no_connectors = list(compress(range(n), map(not_, connector_lists)))
+    for i in compress(no_connectors, map(not_, map(task_lists.__getitem__, no_connectors))):
+        targets[i] = t = previous.get(ids[i], EMPTY)
+        connector_lists[i], task_lists[i] = t.connectors, t.tasks
 
-    base = _checked_targets(members, targets) if inp.targets_checked else _claim_targets(members, targets, conns)
+    if inp.targets_checked:
+        # The caller vouches for the targets (configured, each item in one target): every member
+        # keeps its target as it is, and only the counts are taken.
+        base = _Base(
+            connector_lists,
+            task_lists,
+            set(),
+            connector_count=sum(map(len, connector_lists)),
+            task_count=sum(map(len, task_lists)),
+        )
+    else:
+        base = _claim_targets(connector_lists, task_lists, conns)
     if base.connector_count < len(conns) or base.task_count < total_tasks:
-        for m in members:
-            _claim(base, m.member_id, inp.owned.get(m.member_id, EMPTY), conns)
+        owned = inp.owned
+        for i, mid in enumerate(ids):
+            _claim(base, i, owned.get(mid, EMPTY), conns)
 
-    lost, returned = _lost_work(inp, members, base)
+    lost, returned = _lost_work(inp, members, live, base)
+    position: dict[str, int] = dict(zip(ids, range(n), strict=True)) if lost or returned else {}
     for member_id, items in returned:
-        _claim(base, member_id, items, conns)
+        _claim(base, position[member_id], items, conns)
 
     # Lost work is held while the delay runs; once it expires (or with no delay) it is released.
     holding = False
@@ -86,8 +115,9 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
     candidates: frozenset[str] = frozenset()
     if lost:
         # As in Connect: any member with nothing to run while the delay is pending may be the one returning.
-        joined = (m for m in live if not base.connectors.get(m) and not base.tasks.get(m))
+        joined = (ids[i] for i in range(n) if not base.connectors[i] and not base.tasks[i])
         candidates = frozenset(m for m in (*inp.state.candidates, *joined) if m in live)
+    candidate_positions = frozenset(map(position.__getitem__, candidates))
 
     lost_connectors = {c for w in lost for c in w.items.connectors}
     lost_tasks = {t for w in lost for t in w.items.tasks}
@@ -100,7 +130,7 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
         base.connectors,
         fresh_connectors,
         released_connectors,
-        candidates,
+        candidate_positions,
         allow_revoke=not holding,
         shed=shed_connectors,
     )
@@ -109,7 +139,7 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
         base.tasks,
         fresh_tasks,
         released_tasks,
-        candidates,
+        candidate_positions,
         allow_revoke=not holding,
         shed=TaskShedder(),
         tiebreak=connector_moves.counts,
@@ -117,20 +147,20 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
 
     # A member whose base is its target and that gains and loses nothing keeps its target object;
     # only the others (after one join: the few that give up or receive something) are rebuilt.
-    out: dict[str, Items] = dict(targets)
-    rebuilt = live - base.untouched
+    out: dict[str, Items] = dict(zip(ids, targets, strict=True))
+    rebuilt = set(base.touched)
     for moves in (connector_moves, task_moves):
         rebuilt.update(moves.gained, moves.revoked)
-    for mid in rebuilt:
-        gc, rc = connector_moves.gained.get(mid), connector_moves.revoked.get(mid)
-        gt, rt = task_moves.gained.get(mid), task_moves.revoked.get(mid)
-        cs = set(base.connectors[mid])
-        ts = set(base.tasks[mid])
+    for i in rebuilt:
+        gc, rc = connector_moves.gained.get(i), connector_moves.revoked.get(i)
+        gt, rt = task_moves.gained.get(i), task_moves.revoked.get(i)
+        cs = set(base.connectors[i])
+        ts = set(base.tasks[i])
         cs.difference_update(rc or ())
         cs.update(gc or ())
         ts.difference_update(rt or ())
         ts.update(gt or ())
-        out[mid] = Items(frozenset(cs), frozenset(ts))
+        out[ids[i]] = Items(frozenset(cs), frozenset(ts))
 
     moved = sum(map(len, connector_moves.revoked.values())) + sum(map(len, task_moves.revoked.values()))
     moved += len(released_connectors) + len(released_tasks)
@@ -142,31 +172,14 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
     return AssignOutput(out, state, remaining_ms, moved)
 
 
-def _checked_targets(members: list[Member], targets: Mapping[str, Items]) -> _Base:
-    """`_claim_targets` for targets the caller vouches for (configured, each item in one target):
-    every member keeps its target as it is, and only the counts are taken."""
-    ids = [m.member_id for m in members]
-    connectors = dict(zip(ids, map(attrgetter("connectors"), map(targets.__getitem__, ids)), strict=True))
-    tasks = dict(zip(ids, map(attrgetter("tasks"), map(targets.__getitem__, ids)), strict=True))
-    return _Base(
-        connectors,
-        tasks,
-        set(connectors),
-        connector_count=sum(map(len, connectors.values())),
-        task_count=sum(map(len, tasks.values())),
-    )
-
-
-def _claim_targets(members: list[Member], targets: Mapping[str, Items], conns: Mapping[str, int]) -> _Base:
+def _claim_targets(
+    connector_lists: Sequence[Collection[str]], task_lists: Sequence[Collection[TaskId]], conns: Mapping[str, int]
+) -> _Base:
     """Each live member keeps its configured target items; of a duplicate, the lowest member id wins."""
     claimed_connectors: set[str] = set()
     claimed_tasks: set[TaskId] = set()
-    base = _Base({}, {}, set(), _connectors=claimed_connectors, _tasks=claimed_tasks)
-    for m in members:
-        mid = m.member_id
-        target = targets[mid]
-        cs: Collection[str] = target.connectors
-        ts: Collection[TaskId] = target.tasks
+    base = _Base([], [], set(), _connectors=claimed_connectors, _tasks=claimed_tasks)
+    for i, (cs, ts) in enumerate(zip(connector_lists, task_lists, strict=True)):
         # The common case (every item configured, nobody else has it) keeps the target's own sets:
         # no per-member allocation, which matters at 100,000 tasks.
         clean = True
@@ -184,10 +197,10 @@ def _claim_targets(members: list[Member], targets: Mapping[str, Items], conns: M
             clean = False
         claimed_connectors.update(cs)
         claimed_tasks.update(ts)
-        base.connectors[mid] = cs
-        base.tasks[mid] = ts
-        if clean:
-            base.untouched.add(mid)
+        base.connectors.append(cs)
+        base.tasks.append(ts)
+        if not clean:
+            base.touched.add(i)
     base.connector_count, base.task_count = len(claimed_connectors), len(claimed_tasks)
     return base
 
@@ -197,8 +210,8 @@ def _all_configured(tasks: Collection[TaskId], conns: Mapping[str, int]) -> bool
     return all(0 <= task < get(connector, 0) for connector, task in tasks)
 
 
-def _claim(base: _Base, member_id: str, items: Items, conns: Mapping[str, int]) -> None:
-    """Add the configured, unclaimed ``items`` to a member's sticky base."""
+def _claim(base: _Base, i: int, items: Items, conns: Mapping[str, int]) -> None:
+    """Add the configured, unclaimed ``items`` to the sticky base of the member at position ``i``."""
     claimed_connectors, claimed_tasks = base.claimed_connectors(), base.claimed_tasks()
     cs = [c for c in items.connectors if c in conns and c not in claimed_connectors]
     ts = [t for t in items.tasks if 0 <= t[1] < conns.get(t[0], 0) and t not in claimed_tasks]
@@ -206,20 +219,19 @@ def _claim(base: _Base, member_id: str, items: Items, conns: Mapping[str, int]) 
         claimed_connectors.update(cs)
         claimed_tasks.update(ts)
         base.connector_count, base.task_count = len(claimed_connectors), len(claimed_tasks)
-        base.connectors[member_id] = [*base.connectors[member_id], *cs]
-        base.tasks[member_id] = [*base.tasks[member_id], *ts]
-        base.untouched.discard(member_id)
+        base.connectors[i] = [*base.connectors[i], *cs]
+        base.tasks[i] = [*base.tasks[i], *ts]
+        base.touched.add(i)
 
 
 def _lost_work(
-    inp: AssignInput, members: list[Member], base: _Base
+    inp: AssignInput, members: list[Member], live: set[str], base: _Base
 ) -> tuple[tuple[LostWork, ...], list[tuple[str, Items]]]:
     """The work of departed members that no live member has, and the part of it whose owner is back.
 
     Departed members are those of the previous target that are no longer live, plus those already
     held in the state (the target computed while holding no longer lists them).
     """
-    live = {m.member_id for m in members}
     departed: dict[str, LostWork] = {w.member_id: w for w in inp.state.lost}
     previous = inp.previous_target
     for mid in sorted(previous.keys() - live):  # (a set difference: not a loop over every member)
