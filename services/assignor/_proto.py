@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, eq, methodcaller, not_, or_
 from typing import Any, NamedTuple, NoReturn, cast
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2
@@ -88,6 +91,9 @@ class Checked(NamedTuple):
     connectors: dict[str, int]  # name -> task count
     member_ids: list[str]  # in request order
     instance_ids: list[str]  # in request order, "" for a dynamic member
+    # The member messages, read out of the request once (each pass over the repeated field makes a
+    # Python object per message; over a list it reuses them: a pass at 10,000 members is 2-4x cheaper).
+    members: list[common_pb2.GroupMember]
     # The protocol version the whole group speaks: the lowest any member is at (Connect: V2 only
     # if all are); the assignor's highest when no member names one.
     version: int
@@ -110,17 +116,30 @@ def _validate(request: assignor_pb2.AssignRequest) -> Checked:
             common_pb2.UNSUPPORTED_ASSIGNOR,
             f"assignor_name {request.assignor_name!r} is not supported (supported: {', '.join(ASSIGNORS)})",
         )
-    ids, instance_ids, versions = _validate_members(request.members, info)
+    members = list(request.members)
+    ids, instance_ids, versions = _validate_members(members, info)
     connectors = _validate_connectors(request.connectors)
     version = min(versions, default=info.maximum_version)
-    return Checked(info, _max_delay(request), connectors, ids, instance_ids, version)
+    return Checked(info, _max_delay(request), connectors, ids, instance_ids, members, version)
+
+
+_member_id_of = attrgetter("member_id")
+_instance_id_of = attrgetter("instance_id")
+_assignor_of = attrgetter("assignor")
+_has_assignor = methodcaller("HasField", "assignor")
+_version_of = attrgetter("version")
+_name_of = attrgetter("name")
+_task_count_of = attrgetter("task_count")
+_owned_is_target_of = attrgetter("owned_is_target")
+_has_owned = methodcaller("HasField", "owned")
 
 
 def _validate_connectors(specs: Sequence[common_pb2.ConnectorSpec]) -> dict[str, int]:
     """Connector names present and unique, task counts >= 0 and at most MAX_TASKS in all; C-level
     passes first, the loop that names the culprit only when they find one."""
-    names = [c.name for c in specs]
-    counts = [c.task_count for c in specs]
+    listed = list(specs)  # (one Python object per message, reused by both passes)
+    names = list(map(_name_of, listed))
+    counts = list(map(_task_count_of, listed))
     connectors = dict(zip(names, counts, strict=True))
     if (
         len(connectors) == len(names)
@@ -152,19 +171,19 @@ def _validate_members(
     first (a few milliseconds at 10,000 members); the loop that names the culprit runs only when
     they find one. Returns the member ids and instance ids in order and the versions the members'
     entries name."""
-    ids = [m.member_id for m in members]
+    ids = list(map(_member_id_of, members))
     distinct = set(ids)
-    instance_ids = [m.instance_id for m in members]  # (an unset optional string reads as "")
-    instances = [i for i in instance_ids if i]
-    entries = [m.assignor for m in members if m.HasField("assignor")]
-    versions = {a.version for a in entries}
+    instance_ids = list(map(_instance_id_of, members))  # (an unset optional string reads as "")
+    instances = list(filter(None, instance_ids))
+    entries = list(map(_assignor_of, compress(members, map(_has_assignor, members))))
+    versions = set(map(_version_of, entries))
     if (
         len(distinct) == len(ids)
         and "" not in distinct
         and len(set(instances)) == len(instances)
-        and {a.name for a in entries} <= {"", info.name}
+        and set(map(_name_of, entries)) <= {"", info.name}
         and all(info.minimum_version <= v <= info.maximum_version for v in versions)
-        and not any(m.owned_is_target and m.HasField("owned") for m in members)
+        and not any(map(_has_owned, compress(members, map(_owned_is_target_of, members))))
     ):
         return ids, instance_ids, versions
     _name_member_error(members, info)
@@ -313,16 +332,27 @@ class _LazyItems(Mapping[str, Items]):
         return len(self._index)
 
 
+_target_of = attrgetter("target")
+_connectors_of = attrgetter("connectors")
+_tasks_of = attrgetter("tasks")
+_RANGE_FIELDS = tuple(map(attrgetter, ("task_range_connectors", "task_range_firsts", "task_range_counts")))
+
+
+def _ranged(msgs: Sequence[common_pb2.ConnectorsAndTasks]) -> list[bool]:
+    """Whether each message has task ranges: three C-level passes when none has (the usual case)."""
+    if any(any(map(field, msgs)) for field in _RANGE_FIELDS):
+        return list(map(compact.has_ranges, msgs))
+    return [False] * len(msgs)
+
+
 def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted:
     """The core's input, for each live member the target it was given with the message it came
     from, and the members the answer may leave out. (One pass per repeated field, each field read
     once: at 10,000 members each extra pass over the messages costs milliseconds.)"""
-    member_msgs = request.members
+    member_msgs = checked.members
     ids = checked.member_ids
-    target_msgs = [m.target for m in member_msgs]
-    # Whether each member's target has task ranges (three repeated fields: read once).
-    has_ranges = compact.has_ranges
-    ranged = [has_ranges(t) for t in target_msgs]
+    target_msgs = list(map(_target_of, member_msgs))
+    ranged = _ranged(target_msgs)
     previous: dict[str, Items] = {}
     previous_msgs: dict[str, common_pb2.ConnectorsAndTasks] = {}
     # A live member's own target field wins; only the others are needed from the previous target.
@@ -348,45 +378,103 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
             previous_msgs[mid] = mt.connectors_and_tasks
 
     vouched, accept_ranges = request.current_target_checked, request.accept_task_ranges
-    members = []
-    targets = []
+    n = len(ids)
+    names = list(map(_connectors_of, target_msgs))
+    task_counts = list(map(len, map(_tasks_of, target_msgs)))
+    targets: list[Items] = [EMPTY] * n
     sources: dict[str, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
-    together = zip(ids, checked.instance_ids, target_msgs, ranged, strict=True)
-    for i, (mid, instance_id, tmsg, with_ranges) in enumerate(together):
-        msg: common_pb2.ConnectorsAndTasks | None
-        whole: bool | None = None
-        names = tmsg.connectors
-        tasks = len(tmsg.tasks)
-        if with_ranges or tasks or names:  # the member's own target field
-            msg = tmsg
-            if vouched:
-                target, whole = _vouched_target(tmsg, i, tasks, with_ranges, names)
-            else:
-                target = _items(tmsg, f"members[{i}].target")
-        else:
-            target, msg = previous.get(mid, EMPTY), previous_msgs.get(mid)
-        if msg is not None:
-            # Only a message without repeated entries, in the form the caller reads, can stand in
-            # for its items in the response.
-            if whole is None:
-                whole = not has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
-            if not whole and accept_ranges:
-                whole = len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
-            if whole:
-                sources[mid] = (target, msg)
-        members.append(Member(mid, instance_id or None, target))
-        targets.append(target)
+    others: Iterable[int] = range(n)
+    if vouched:
+        # The usual member of a request the coordinator vouches for -- its own target, tasks listed,
+        # no ranges -- made by C-level passes: its connector names, its tasks decoded only if the
+        # core asks (`_LazyTasks`). Its message stands for its items in the response unless it
+        # repeats a connector name (the lazy tasks count the message's entries, which the
+        # coordinator's target never repeats). The others, one by one below: a target with
+        # ranges, or without tasks (empty: the previous one).
+        slow = list(map(or_, ranged, map(not_, task_counts)))
+        others = list(compress(range(n), slow))
+        fast = list(compress(range(n), map(not_, slow)))
+        msgs = list(map(target_msgs.__getitem__, fast))
+        fast_names = list(map(names.__getitem__, fast))
+        name_sets = list(map(frozenset, fast_names))
+        # (Typed as the frozensets they stand for: the core only counts, iterates and searches them.)
+        lazy = cast(Iterator[frozenset[TaskId]], map(_LazyTasks, msgs, fast, map(task_counts.__getitem__, fast)))
+        made = list(map(Items, name_sets, lazy))
+        deque(map(targets.__setitem__, fast, made), maxlen=0)
+        whole = list(map(eq, map(len, name_sets), map(len, fast_names)))
+        sources.update(
+            zip(
+                compress(map(ids.__getitem__, fast), whole),
+                zip(compress(made, whole), compress(msgs, whole), strict=True),
+                strict=True,
+            )
+        )
+    for i in others:
+        mid = ids[i]
+        target, source = _member_target(
+            i,
+            target_msgs[i],
+            names[i],
+            task_counts[i],
+            ranged[i],
+            vouched,
+            accept_ranges,
+            previous.get(mid),
+            previous_msgs.get(mid),
+        )
+        targets[i] = target
+        if source is not None:
+            sources[mid] = (target, source)
+    instance_ids = checked.instance_ids
+    members = list(map(Member, ids, map(_or_none, instance_ids) if any(instance_ids) else repeat(None), targets))
     inp = AssignInput(
         members=members,
         connectors=checked.connectors,
         previous_target=previous,
-        owned=_LazyItems({mid: i for i, mid in enumerate(ids)}, member_msgs, targets),
+        owned=_LazyItems(dict(zip(ids, range(n), strict=True)), member_msgs, targets),
         state=AssignorState.decode(request.assignor_state),
         now_ms=request.now_ms,
         max_delay_ms=checked.max_delay_ms,
         targets_checked=vouched,
     )
     return Converted(inp, sources, omittable)
+
+
+def _or_none(value: str) -> str | None:
+    return value or None
+
+
+def _member_target(
+    i: int,
+    tmsg: common_pb2.ConnectorsAndTasks,
+    names: Sequence[str],
+    tasks: int,
+    with_ranges: bool,
+    vouched: bool,
+    accept_ranges: bool,
+    previous: Items | None,
+    previous_msg: common_pb2.ConnectorsAndTasks | None,
+) -> tuple[Items, common_pb2.ConnectorsAndTasks | None]:
+    """``members[i]``'s target, and the message that stands for it in the response (None: none does)."""
+    msg: common_pb2.ConnectorsAndTasks | None
+    whole: bool | None = None
+    if with_ranges or tasks or names:  # the member's own target field
+        msg = tmsg
+        if vouched:
+            target, whole = _vouched_target(tmsg, i, tasks, with_ranges, names)
+        else:
+            target = _items(tmsg, f"members[{i}].target")
+    else:
+        target, msg = previous if previous is not None else EMPTY, previous_msg
+    if msg is None:
+        return target, None
+    # Only a message without repeated entries, in the form the caller reads, can stand in for its
+    # items in the response.
+    if whole is None:
+        whole = not compact.has_ranges(msg) and len(target) == len(msg.connectors) + len(msg.tasks)
+    if not whole and accept_ranges:
+        whole = len(target) == len(msg.connectors) + len(msg.tasks) + compact.range_total(msg)
+    return target, msg if whole else None
 
 
 def to_response(

@@ -6,6 +6,7 @@ import copy
 import math
 import random
 from collections import Counter
+from collections.abc import Iterator
 from typing import TypeVar
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -220,19 +221,14 @@ def test_random_histories_keep_the_invariants(conns: dict[str, int], history: li
     assert_balanced(final.after)
 
 
-@settings(max_examples=150, deadline=None)
-@given(connector_specs, ops)
-def test_a_target_the_coordinator_vouches_for_gets_the_answer_a_checked_one_gets(
-    conns: dict[str, int], history: list[tuple[str, object]]
-) -> None:
-    """`current_target_checked`: the coordinator vouches for its target when it installed it (after
-    checking it) and no connector shrank since -- as this history's bookkeeping does. The assignor
-    then skips checking it item by item (a run after one join touches the members and what moves,
-    not every task), and must answer exactly what it answers when it checks everything. Growth
-    (new connectors, more tasks), joins, departures and delays are all in the histories."""
+def vouched_requests(conns: dict[str, int], history: list[tuple[str, object]]) -> Iterator[assignor_pb2.AssignRequest]:
+    """The requests of a history at which the coordinator would vouch for its target
+    (`current_target_checked` set): it installed the target (after checking it) and no connector
+    shrank since -- as this bookkeeping does. Each request is assigned and installed after the
+    caller is done with it."""
     group = Group(dict(conns)).join("m0", "m1", "m2")
     group.assign()
-    vouched, compared = True, 0
+    vouched = True
     for op, arg in history:
         before = dict(group.connectors)
         if apply_change(group, op, arg):
@@ -242,11 +238,66 @@ def test_a_target_the_coordinator_vouches_for_gets_the_answer_a_checked_one_gets
             if vouched:
                 request = group.request()
                 request.current_target_checked = True
-                assert assign(request) == assign(group.request())
-                compared += 1
+                yield request
             group.assign(reconcile=bool(arg))
             vouched = True
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, ops)
+def test_a_target_the_coordinator_vouches_for_gets_the_answer_a_checked_one_gets(
+    conns: dict[str, int], history: list[tuple[str, object]]
+) -> None:
+    """The assignor skips checking a vouched-for target item by item (a run after one join touches
+    the members and what moves, not every task), and must answer exactly what it answers when it
+    checks everything. Growth (new connectors, more tasks), joins, departures and delays are all in
+    the histories."""
+    compared = 0
+    for request in vouched_requests(conns, history):
+        checked = copy.deepcopy(request)
+        checked.current_target_checked = False
+        assert assign(request) == assign(checked)
+        compared += 1
     event(f"answers compared: {min(compared, 3)}{'+' if compared >= 3 else ''}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(connector_specs, ops, st.data())
+def test_a_vouched_target_in_any_wire_form_gets_the_same_answer(
+    conns: dict[str, int], history: list[tuple[str, object]], data: st.DataObject
+) -> None:
+    """The edge reads the usual member of a vouched request (its own target, tasks listed one by
+    one) in whole-list passes and any other (tasks as ranges, or some as ranges and some listed, no
+    tasks, a connector name listed twice) on its own. Whatever form each member's target comes in,
+    the answer gives every member the same items, and an entry copied from the request into the
+    answer never lists an item twice nor has ranges for a caller that does not read them."""
+    forms = set()
+    for plain in vouched_requests(conns, history):
+        expected = items_of(assign(plain))
+        variant = copy.deepcopy(plain)
+        for gm in variant.members:
+            form = data.draw(st.sampled_from(["tasks", "ranges", "both", "name twice"]))
+            if form in ("ranges", "both") and gm.target.tasks:
+                items = Items.from_proto(gm.target)
+                listed = sorted(items.tasks)[: len(items.tasks) // 2] if form == "both" else []
+                gm.ClearField("target")
+                Items(items.connectors, items.tasks - set(listed)).to_proto(gm.target, compact_tasks=True)
+                for t in listed:  # the rest of the tasks listed one by one, next to the ranges
+                    gm.target.tasks.add(connector=t.connector, task=t.task)
+                forms.add(form)
+            elif form == "name twice" and gm.target.connectors:
+                gm.target.connectors.append(gm.target.connectors[0])
+                forms.add(form)
+        variant.accept_task_ranges = data.draw(st.booleans())
+        answer = assign(variant)
+        assert answer.error == 0, answer.error_message
+        assert items_of(answer) == expected
+        for mt in answer.members:
+            c = mt.connectors_and_tasks
+            assert variant.accept_task_ranges or not c.task_range_counts, mt  # a caller that reads none
+            assert len(set(c.connectors)) == len(c.connectors), mt
+            assert len({(t.connector, t.task) for t in c.tasks}) == len(c.tasks), mt
+    event(f"forms: {', '.join(sorted(forms)) or 'tasks only'}")
 
 
 @settings(max_examples=150, deadline=None)
