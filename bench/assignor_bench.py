@@ -29,13 +29,16 @@ from pathlib import Path
 
 import grpc
 
-from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc
-from services.assignor import INCREMENTAL_COOPERATIVE, AssignInput, Member, assign, compute
-from services.assignor.server import SERVER_OPTIONS
-from services.common.items import Items
-from services.coordinator.assignment import send_items_once
-
 REPO = Path(__file__).resolve().parents[1]
+# This tree's code, not whatever the virtualenv's editable install points at (a worktree of an
+# older commit measures its own code), as the RPC's server subprocess does with cwd=REPO.
+sys.path.insert(0, str(REPO))
+
+from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc  # noqa: E402
+from services.assignor import INCREMENTAL_COOPERATIVE, AssignInput, Member, assign, compute  # noqa: E402
+from services.assignor.server import SERVER_OPTIONS  # noqa: E402
+from services.common.items import Items  # noqa: E402
+from services.coordinator.assignment import send_items_once  # noqa: E402
 
 CASES = [(100, 1_000, 5.0), (1_000, 10_000, 30.0), (10_000, 100_000, 300.0)]
 TASKS_PER_CONNECTOR = 10
