@@ -14,7 +14,11 @@ run) with an ACL file (the load's principal is an ordinary user with `Read` on t
 heartbeat is authorized), compared with the plaintext coordinator: the cost of TLS and
 authorization. Target: >= 0.8 of plaintext capacity.
 
-    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8] [--tls]
+With --threads, each server's CPU per request is also split by thread (from /proc/PID/task): the
+event loop's thread (user and system time) and all the others (gRPC's pollers and event engine,
+the lease cycle) -- where a difference between the two servers is spent.
+
+    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8] [--tls] [--threads]
 """
 
 from __future__ import annotations
@@ -64,6 +68,28 @@ asyncio.run(main())
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
+    """User and system CPU seconds of each thread of ``pid`` (the main thread's id is ``pid``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        out[int(task.name)] = (int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
+
+
+def thread_split(pid: int, before: dict[int, tuple[float, float]], n: int) -> dict[str, float]:
+    """µs per request: the main (event loop) thread's user and system time, and every other thread's."""
+    after = thread_cpu(pid)
+    main_user = (after[pid][0] - before.get(pid, (0.0, 0.0))[0]) / n * 1e6
+    main_sys = (after[pid][1] - before.get(pid, (0.0, 0.0))[1]) / n * 1e6
+    others = sum(sum(v) - sum(before.get(t, (0.0, 0.0))) for t, v in after.items() if t != pid) / n * 1e6
+    return {"main_user_us": main_user, "main_sys_us": main_sys, "other_threads_us": others}
 
 
 def start(cmd: list[str], marker: str, core: int) -> tuple[subprocess.Popen[str], str]:
@@ -204,6 +230,7 @@ def measure(
     creds: grpc.ChannelCredentials | None = None,
 ) -> dict[str, float]:
     asyncio.run(load(address, members, in_flight, 1.0, creds))  # warm-up
+    threads0 = thread_cpu(pid)
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     n, lat = asyncio.run(load(address, members, in_flight, seconds, creds))
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
@@ -213,6 +240,7 @@ def measure(
         "p50_ms": statistics.median(lat) * 1000,
         "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
         "cpu_us_per_req": cpu / n * 1e6,
+        **thread_split(pid, threads0, n),
     }
 
 
@@ -221,6 +249,7 @@ def main() -> int:
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--tls", action="store_true", help="also the coordinator over mTLS with ACLs, same run")
+    ap.add_argument("--threads", action="store_true", help="also each server's CPU per request split by thread")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})  # the load generator on core 1, servers on core 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -294,6 +323,8 @@ def main() -> int:
             f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
             f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
         )
+    if args.threads:
+        print_threads(rows)
     if tls_rows:
         print()
         print("| in flight | server | req/s | p50 ms | p99 ms | server CPU µs/req |")
@@ -310,6 +341,19 @@ def main() -> int:
                 f"capacity ratio (plaintext CPU/req ÷ mTLS CPU/req) {c['cpu_us_per_req'] / t['cpu_us_per_req']:.2f}"
             )
     return 0
+
+
+def print_threads(rows: list[tuple[int, dict[str, float], dict[str, float]]]) -> None:
+    print()
+    print(
+        "| in flight | server | event loop thread user µs/req | event loop thread system µs/req | other threads µs/req |"
+    )
+    print("|---|---|---|---|---|")
+    for in_flight, e, c in rows:
+        for name, m in (("echo", e), ("coordinator", c)):
+            print(
+                f"| {in_flight} | {name} | {m['main_user_us']:.0f} | {m['main_sys_us']:.0f} | {m['other_threads_us']:.0f} |"
+            )
 
 
 def tls_setup(tmp: Path) -> tuple[grpc.ChannelCredentials, list[str]]:
