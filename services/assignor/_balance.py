@@ -110,7 +110,8 @@ def _balanced(
     quotas = [base] * n
     # The members above the average keep one more than it, as far as the extra slots go; any
     # slots left go to the first of the rest.
-    up = above[:extra]
+    kept = above[:extra]
+    up = list(kept)
     rest_up = extra - len(up)
     if rest_up > 0:
         if preferred:
@@ -120,7 +121,6 @@ def _balanced(
     deque(map(quotas.__setitem__, up, repeat(base + 1)), maxlen=0)
     # Above its quota: a member of ``above`` holding more than base + 1, or not given a slot.
     over = base + 1
-    kept = above[:extra]
     shedders = list(compress(kept, map(over.__lt__, map(counts.__getitem__, kept))))
     shedders.extend(above[extra:])  # (after ``kept`` in ``above``: the list stays in ``order``)
     # Below its quota: only among the rest (a member above the average never is).

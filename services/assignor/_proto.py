@@ -287,25 +287,17 @@ class _LazyTasks(AbstractSet[TaskId]):
         return frozenset(it)
 
 
-def _vouched_target(
-    msg: common_pb2.ConnectorsAndTasks, index: int, tasks: int, ranged: bool, connectors: Sequence[str]
-) -> tuple[Items, bool | None]:
-    """``members[index].target`` from a request whose current target the coordinator vouches for,
-    and whether ``msg`` lists exactly those items once in the form a caller that does not read task
-    ranges reads too (None: not known here, count them). ``tasks``, ``ranged``, ``connectors``: the
-    message's task count, whether it has ranges, its connector names (read once by the caller)."""
-    size = tasks
-    if ranged:
-        field = f"members[{index}].target"
-        compact.check_ranges(msg, field, max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
-        size += compact.range_total(msg)
-    elif not size:
-        return _items(msg, f"members[{index}].target"), None
-    names = frozenset(connectors)
+def _vouched_ranged_target(
+    msg: common_pb2.ConnectorsAndTasks, index: int, tasks: int, connectors: Sequence[str]
+) -> Items:
+    """``members[index].target`` with task ranges, from a request whose current target the
+    coordinator vouches for: the ranges checked, the tasks decoded only if the core asks. (A vouched
+    target without ranges is made in `to_input`'s whole-list passes.) ``tasks``, ``connectors``: the
+    message's listed task count and connector names (read once by the caller)."""
+    compact.check_ranges(msg, f"members[{index}].target", max_items=MAX_TASKS, max_tasks_per_connector=MAX_TASKS)
+    size = tasks + compact.range_total(msg)
     # (Typed as the frozenset it stands for: the core only counts, iterates and searches it.)
-    items = Items(names, cast(frozenset[TaskId], _LazyTasks(msg, index, size)))
-    # The lazy tasks count the message's entries: only repeated connector names can make it differ.
-    return items, not ranged and len(names) == len(connectors)
+    return Items(frozenset(connectors), cast(frozenset[TaskId], _LazyTasks(msg, index, size)))
 
 
 class _LazyItems(Mapping[str, Items]):
@@ -460,8 +452,9 @@ def _member_target(
     whole: bool | None = None
     if with_ranges or tasks or names:  # the member's own target field
         msg = tmsg
-        if vouched:
-            target, whole = _vouched_target(tmsg, i, tasks, with_ranges, names)
+        if vouched and with_ranges:
+            target = _vouched_ranged_target(tmsg, i, tasks, names)
+            whole = False  # (with ranges: it stands in only for a caller that reads them, below)
         else:
             target = _items(tmsg, f"members[{i}].target")
     else:
