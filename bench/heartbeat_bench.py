@@ -18,7 +18,10 @@ With --threads, each server's CPU per request is also split by thread (from /pro
 event loop's thread (user and system time) and all the others (gRPC's pollers and event engine,
 the lease cycle) -- where a difference between the two servers is spent.
 
-    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8] [--tls] [--threads]
+Each point is measured in --rounds rounds (default 3), the servers taking turns, and the round with
+the median CPU per request is reported for each server, with every round's ratio next to it.
+
+    .venv/bin/python bench/heartbeat_bench.py [--members 1000] [--seconds 8] [--rounds 3] [--tls] [--threads]
 """
 
 from __future__ import annotations
@@ -244,12 +247,49 @@ def measure(
     }
 
 
+Point = dict[str, float]
+
+
+def measure_points(
+    args: argparse.Namespace,
+    echo: tuple[int, str],
+    coord: tuple[int, str],
+    members: list[tuple[str, int]],
+    secure: tuple[int, str] | None,
+    secure_members: list[tuple[str, int]],
+    creds: grpc.ChannelCredentials | None,
+) -> tuple[list[tuple[int, Point, Point]], list[tuple[int, Point, Point]], dict[int, list[float]]]:
+    """Each point (8 and 64 in flight): the servers take turns, `args.rounds` times, so that a drift
+    of the machine over the run (another process, the host's clock speed) falls on all of them; the
+    median round of each stands. Also each round's capacity ratio, coordinator vs echo."""
+    rows, tls_rows, spreads = [], [], {}
+    for in_flight in (8, 64):
+        es, cs, ts = [], [], []
+        for _ in range(args.rounds):
+            es.append(measure("echo", *echo, members, in_flight, args.seconds))
+            cs.append(measure("coordinator", *coord, members, in_flight, args.seconds))
+            if secure is not None:
+                ts.append(measure("coordinator+mTLS+ACL", *secure, secure_members, in_flight, args.seconds, creds))
+        spreads[in_flight] = sorted(e["cpu_us_per_req"] / c["cpu_us_per_req"] for e, c in zip(es, cs, strict=True))
+        c = median_round(cs)
+        rows.append((in_flight, median_round(es), c))
+        if secure is not None:
+            tls_rows.append((in_flight, c, median_round(ts)))
+    return rows, tls_rows, spreads
+
+
+def median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """The round with the median CPU per request (its figures together, not medians mixed across rounds)."""
+    return sorted(rounds, key=lambda m: m["cpu_us_per_req"])[len(rounds) // 2]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--tls", action="store_true", help="also the coordinator over mTLS with ACLs, same run")
     ap.add_argument("--threads", action="store_true", help="also each server's CPU per request split by thread")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per point (the median is reported)")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})  # the load generator on core 1, servers on core 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -290,17 +330,10 @@ def main() -> int:
                 procs.append(secure)
             members = setup_group(caddr, args.members)
             secure_members = setup_group(saddr, args.members, creds) if secure is not None else []
-            rows = []
-            tls_rows = []
-            for in_flight in (8, 64):
-                e = measure("echo", echo.pid, eaddr, members, in_flight, args.seconds)
-                c = measure("coordinator", coord.pid, caddr, members, in_flight, args.seconds)
-                rows.append((in_flight, e, c))
-                if secure is not None:
-                    t = measure(
-                        "coordinator+mTLS+ACL", secure.pid, saddr, secure_members, in_flight, args.seconds, creds
-                    )
-                    tls_rows.append((in_flight, c, t))
+            secure_at = (secure.pid, saddr) if secure is not None else None
+            rows, tls_rows, spreads = measure_points(
+                args, (echo.pid, eaddr), (coord.pid, caddr), members, secure_at, secure_members, creds
+            )
         finally:
             for p in procs:
                 p.terminate()
@@ -308,7 +341,8 @@ def main() -> int:
                 p.wait(10)
     print(
         f"Steady-state heartbeats, {args.members} members of one group, SQLite, {args.seconds:.0f}s per point, "
-        f"servers pinned to one core, load generator on the other.\n"
+        f"servers pinned to one core, load generator on the other; {args.rounds} alternating round(s) per point, "
+        f"the median round's figures.\n"
     )
     print("| in flight | server | req/s | p50 ms | p99 ms | server CPU µs/req |")
     print("|---|---|---|---|---|---|")
@@ -322,6 +356,11 @@ def main() -> int:
         print(
             f"in flight {in_flight}: throughput ratio {c['rps'] / e['rps']:.2f}, "
             f"capacity ratio (echo CPU/req ÷ coordinator CPU/req) {e['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
+            + (
+                f" (each round's: {', '.join(f'{r:.2f}' for r in spreads[in_flight])})"
+                if len(spreads[in_flight]) > 1
+                else ""
+            )
         )
     if args.threads:
         print_threads(rows)
