@@ -3,8 +3,8 @@
 `bench/heartbeat_bench.py` compares the coordinator's CPU per heartbeat with a bare gRPC echo
 server. This bench looks inside the difference. It builds the same group (1,000 members of one
 group, all Stable, SQLite) in this process, through the servicers, and measures the time of
-`GroupCoordinator.heartbeat` (the core's handler: validation, session, reconciliation check,
-response) per call:
+`GroupCoordinator.steady_heartbeat` (the core's handler for a steady member, which the servicer's
+hot path calls: the checks that prove nothing else is due, the session, the response) per call:
 
 * warm: heartbeats round-robin in a tight loop (the caches hold the path and the group);
 * cold: the same, with a 32 MB sweep of memory before each call (nothing of the path cached);
@@ -135,7 +135,7 @@ async def main() -> int:
         core = runtime.coordinator
 
         def handler(request: Any) -> Any:
-            return core.heartbeat(request, runtime.clock())
+            return core.steady_heartbeat(request, runtime.clock())
 
         memory = bytearray(SWEEP_BYTES)
         stride = b"x" * (SWEEP_BYTES // 64)
@@ -152,7 +152,7 @@ async def main() -> int:
 
         # Served: the handler timed inside the server while a subprocess sends the heartbeats.
         timed = [0, 0]
-        original = core.heartbeat
+        original = core.steady_heartbeat
 
         def timed_heartbeat(request: Any, now_ms: int) -> Any:
             started_ns = time.perf_counter_ns()
@@ -162,7 +162,7 @@ async def main() -> int:
                 timed[0] += time.perf_counter_ns() - started_ns
                 timed[1] += 1
 
-        core.heartbeat = timed_heartbeat  # type: ignore[method-assign,assignment]
+        core.steady_heartbeat = timed_heartbeat  # type: ignore[method-assign,assignment]
         running = await start_server(runtime, "127.0.0.1:0", None)
         load = await asyncio.create_subprocess_exec(
             "taskset",

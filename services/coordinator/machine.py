@@ -161,6 +161,22 @@ class CoordinatorMachine:
             raise HandlerFailed(f"handler {getattr(handler, '__name__', handler)} failed: {e!r}") from e
         return self._enqueue(result, request)
 
+    @property
+    def idle(self) -> bool:
+        """Loaded, and nothing is being stored or waiting to be: an answer given now overtakes no
+        record it could have seen (what `_enqueue` checks before answering at once)."""
+        return self.loaded and not self._pending and self._writing is None and not self._isolating
+
+    def answer_at_once(self, handler: Callable[[Any, int], Any | None], request: Any, now_ms: int) -> Any | None:
+        """Run a handler that answers from memory alone and produces no records and no effects (the
+        steady-state heartbeat: `Membership.steady_heartbeat`), or None if it does not apply. Only
+        while `idle`: the caller checks. No ticket: there is nothing to store, wait for or release."""
+        try:
+            return handler(request, now_ms)
+        except Exception as e:
+            self.loaded = False
+            raise HandlerFailed(f"handler {getattr(handler, '__name__', handler)} failed: {e!r}") from e
+
     def read(self, reader: Callable[[Any], Any], request: Any) -> Ticket:
         """Run a read-only handler; answered once everything it could have seen is durable."""
         if not self.loaded:
@@ -274,7 +290,7 @@ class CoordinatorMachine:
 
     def _enqueue(self, result: Result, request: Any) -> Ticket:
         records = result.records
-        if not records and not self._pending and self._writing is None and not self._isolating:
+        if not records and self.idle:  # (loaded: the handler ran)
             # Nothing before it is still being stored (the idle heartbeat's path: keep it short).
             ticket = Ticket(result.response, records, result.effects, _NO_GROUPS)
             if result.effects:

@@ -61,7 +61,7 @@ class Membership(CoreBase):
     ) -> Result:
         """`shortcut=False`: always the full path (the steady-state shortcut's reference, in tests)."""
         if shortcut:
-            steady = self._steady_heartbeat(req, now_ms)
+            steady = self.steady_heartbeat(req, now_ms)
             if steady is not None:
                 return Result([], steady, [])
         sink = Sink(self.state, now_ms)
@@ -163,7 +163,7 @@ class Membership(CoreBase):
             group.pending_of(member).to_proto(a.pending)
         return resp
 
-    def _steady_heartbeat(
+    def steady_heartbeat(
         self, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse | None:
         """The steady-state heartbeat, short: a settled member of a settled group says it is alive,
@@ -174,7 +174,7 @@ class Membership(CoreBase):
         the checks that prove it reordered ahead (the full path's steps for it, without the steps
         that are known to do nothing). It is the coordinator's hottest path (every worker, every
         heartbeat interval: docs/benchmarks.md). None: anything else, for the full path.
-        `tests/coordinator/test_steady_heartbeat.py` holds it to the full path's answer and state
+        `tests/coordinator/teststeady_heartbeat.py` holds it to the full path's answer and state
         over every heartbeat of simulated scenarios."""
         group = self.state.groups.get(req.group_id)
         if group is None or req.member_epoch <= 0:

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, NoReturn
 
 import grpc
 
@@ -142,6 +142,7 @@ class CoordinatorRuntime:
         self._writer_wakeup = asyncio.Event()
         self._timer_wakeup = asyncio.Event()
         self._timer_deadline: int | None = None
+        self._timer_moved = -1  # `Timer.moved_earlier` when `_check_timer` last looked
         self._tasks: list[asyncio.Task[Any]] = []
         self._assignment_tasks: set[asyncio.Task[Any]] = set()
         self._unstable_since: dict[str, int] = {}
@@ -403,12 +404,7 @@ class CoordinatorRuntime:
         try:
             ticket = self.machine.submit(handler, request, self.clock())
         except HandlerFailed:
-            # A bug: memory may hold part of the handler's records. Reload what is durable.
-            log.exception("%s; reloading state from storage", "a handler failed")
-            await self._recover()
-            raise NotAvailable(
-                ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; the coordinator reloaded its state"
-            ) from None
+            await self.handler_failed()
         finally:
             self._busy_ns += time.perf_counter_ns() - started
         if ticket.answered and ticket.status is Status.DONE:
@@ -424,6 +420,33 @@ class CoordinatorRuntime:
         response = await self._answer(ticket)
         self._still_served(routed)
         return response
+
+    def answer_at_once(self, steady: Callable[[Any, int], Any | None], request: Any) -> Any | None:
+        """The hot path, without a ticket or a coroutine: `steady` answers from memory alone and
+        writes nothing (the steady-state heartbeat), or returns None -- then, or when this does not
+        apply, the caller takes `handle`. Tried only while nothing is stored or waiting to be (the
+        answer overtakes no record it could have seen) and the group is served here. No pump: the
+        session it re-armed moved a deadline later, which the timer check skips.
+        Raises HandlerFailed if `steady` raised: the caller awaits `handler_failed`."""
+        machine = self.machine
+        if not machine.idle or self._served(request) is False:
+            return None
+        started = time.perf_counter_ns()
+        try:
+            response = machine.answer_at_once(steady, request, self.clock())
+        finally:
+            self._busy_ns += time.perf_counter_ns() - started
+        if response is not None:
+            self._check_timer()
+        return response
+
+    async def handler_failed(self) -> NoReturn:
+        """A handler raised (a bug): memory may hold part of its records. Reload what is durable."""
+        log.exception("%s; reloading state from storage", "a handler failed")
+        await self._recover()
+        raise NotAvailable(
+            ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; the coordinator reloaded its state"
+        ) from None
 
     async def read(self, reader: Callable[[Any], Any], request: Any) -> Any:
         """Run a read-only handler; answer once everything it could have seen is durable."""
@@ -476,7 +499,14 @@ class CoordinatorRuntime:
         self._check_timer()
 
     def _check_timer(self) -> None:
-        """Wake the timer task if the earliest deadline moved before the one it sleeps until."""
+        """Wake the timer task if the earliest deadline moved before the one it sleeps until. Only a
+        timer scheduled anew or earlier moves it earlier (`Timer.moved_earlier`): none since the last
+        look, and the earliest deadline is no earlier than it was then (every heartbeat re-arms its
+        session later; finding the earliest would fix up the heap's top each time)."""
+        moved = self.coordinator.timer.moved_earlier
+        if moved == self._timer_moved:
+            return
+        self._timer_moved = moved
         deadline = self.machine.next_deadline()
         if deadline is not None and (self._timer_deadline is None or deadline < self._timer_deadline):
             self._timer_wakeup.set()

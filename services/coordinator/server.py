@@ -33,6 +33,7 @@ from services.coordinator import validation
 from services.coordinator.authorizer import METHOD_OPERATIONS, Authorizer
 from services.coordinator.errors import ApiError, clip
 from services.coordinator.events import list_group_events
+from services.coordinator.machine import HandlerFailed
 from services.coordinator.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
 from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 
@@ -43,6 +44,9 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_
 
 
 ERROR_NAMES = {value: name for name, value in ErrorCode.items()}
+_NONE = ERROR_NAMES[ErrorCode.NONE]
+_HEARTBEAT = "ConnectGroupHeartbeat"
+_HEARTBEAT_RESPONSE = coordinator_pb2.ConnectGroupHeartbeatResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,11 @@ class _Instrumented:
             f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
         )
 
+    def _allowed(self, method: str, request: Any, context: Any) -> bool:
+        """Whether the ACLs let the request's principal call `method` on its group (nothing counted
+        or logged: a refusal is left to `_refusal`)."""
+        return self.authorizer.allowed(peer_principal(context), method, request.group_id)
+
     def _serve(
         self,
         method: str,
@@ -176,9 +185,22 @@ class _Instrumented:
 class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, _Instrumented):
     # Each method: parse check, authorization (Read), then the handler.
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        return await self._serve(
-            "ConnectGroupHeartbeat", request, context, coordinator_pb2.ConnectGroupHeartbeatResponse, self._heartbeat
-        )
+        started = time.perf_counter()
+        if not isinstance(request, Unparsable) and (
+            not self.authorizer.enabled or self._allowed(_HEARTBEAT, request, context)
+        ):
+            # The hot path, every worker every heartbeat interval: a steady member says it is alive
+            # (a request naming its assignors is not steady: the full path discovers them).
+            try:
+                response = self.runtime.answer_at_once(self.core.steady_heartbeat, request)
+            except HandlerFailed:
+                return await self._call(_HEARTBEAT, _HEARTBEAT_RESPONSE, self.runtime.handler_failed, authorized=True)
+            if response is not None:
+                self.runtime.nudges.heartbeat_seen(request.group_id, request.member_id)
+                self.metrics.rpc.record(_HEARTBEAT, _NONE, time.perf_counter() - started)
+                return response
+        # Anything else, or refused: the full path (with ACLs, authorized again there).
+        return await self._serve(_HEARTBEAT, request, context, _HEARTBEAT_RESPONSE, self._heartbeat)
 
     def _heartbeat(self, r: Any) -> Awaitable[Any]:
         if r.HasField("client_assignors"):  # a join or a change: is every name known?

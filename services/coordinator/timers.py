@@ -43,11 +43,17 @@ class Timer:
         self._anchors: dict[TimerKey, tuple[int, int]] = {}  # key -> its entry in the heap that counts
         self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = count()
+        # How many times a key was scheduled anew or earlier: only that moves the earliest deadline
+        # earlier (a deadline moved later, a cancel, a pop or a compaction never does), so a caller
+        # that saw this count unchanged knows `next_deadline` is no earlier than when it last looked.
+        self.moved_earlier = 0
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         current = self._deadlines.get(key)
         if current is not None and current[0] == deadline_ms:
             return
+        if current is None or deadline_ms < current[0]:
+            self.moved_earlier += 1
         entry = (deadline_ms, next(self._seq))
         self._deadlines[key] = entry
         anchor = self._anchors.get(key)

@@ -1,4 +1,4 @@
-"""The steady-state heartbeat's shortcut (`Membership._steady_heartbeat`) against the full path.
+"""The steady-state heartbeat's shortcut (`Membership.steady_heartbeat`) against the full path.
 
 Every heartbeat of simulated scenarios (the real core, worker SDK, storage; crashes, partitions,
 duplicated and delayed requests) is also handled by the full path on a copy of the coordinator
@@ -66,18 +66,18 @@ class Comparison:
     def check(self, core: GroupCoordinator, req: Any, now_ms: int, original: Any) -> Any:
         twin = _twin(core)
         taken: list[bool] = []
-        steady = Membership._steady_heartbeat
+        steady = Membership.steady_heartbeat
 
         def spy(self: Membership, r: Any, now: int) -> Any:
             answer = steady(self, r, now)
             taken.append(answer is not None)
             return answer
 
-        Membership._steady_heartbeat = spy  # type: ignore[method-assign,assignment]
+        Membership.steady_heartbeat = spy  # type: ignore[method-assign,assignment]
         try:
             result = original(core, req, now_ms)
         finally:
-            Membership._steady_heartbeat = steady  # type: ignore[method-assign]
+            Membership.steady_heartbeat = steady  # type: ignore[method-assign]
         if not any(taken):
             self.full += 1
             return result
