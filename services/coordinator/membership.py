@@ -215,8 +215,10 @@ class Membership(CoreBase):
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
         member.session_deadline_ms = max(member.session_deadline_ms, now + session_timeout_ms)
-        # The group's own id string (not the request's copy): the timer heap keeps the key.
-        self.timer.schedule(TimerKey(TimerKind.SESSION, group.group_id, member.member_id), member.session_deadline_ms)
+        key = member.session_key
+        if key is None:  # (the group's own id string, not the request's copy: the timers keep the key)
+            key = member.session_key = TimerKey(TimerKind.SESSION, group.group_id, member.member_id)
+        self.timer.schedule(key, member.session_deadline_ms)
         member.last_heartbeat_ms = now
         return session_timeout_ms
 

@@ -34,6 +34,7 @@ from services.coordinator.records import (
     TargetMetadata,
     TargetMetadataValue,
 )
+from services.coordinator.timers import TimerKey
 
 AssignorKey = tuple[tuple[str, int, int], ...]
 
@@ -82,6 +83,9 @@ class Member:
     # Volatile: coordinator time of its last accepted heartbeat (0: none since a restart); recorded
     # in the event of its loss, where the analytics job starts the downtime of its work.
     last_heartbeat_ms: int = 0
+    # Volatile: its session timer's key, made at its first heartbeat and re-armed by every one after
+    # (the object the timers already hold: nothing built or hashed anew per heartbeat).
+    session_key: TimerKey | None = field(default=None, compare=False, repr=False)
 
     @property
     def member_epoch(self) -> int:
