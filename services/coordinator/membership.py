@@ -174,19 +174,22 @@ class Membership(CoreBase):
         the checks that prove it reordered ahead (the full path's steps for it, without the steps
         that are known to do nothing). It is the coordinator's hottest path (every worker, every
         heartbeat interval: docs/benchmarks.md). None: anything else, for the full path.
-        `tests/coordinator/teststeady_heartbeat.py` holds it to the full path's answer and state
+        `tests/coordinator/test_steady_heartbeat.py` holds it to the full path's answer and state
         over every heartbeat of simulated scenarios."""
-        group = self.state.groups.get(req.group_id)
-        if group is None or req.member_epoch <= 0:
+        group_id = req.group_id  # (each read of a field makes a new string: read once)
+        group = self.state.groups.get(group_id)
+        member_epoch = req.member_epoch
+        if group is None or member_epoch <= 0:
             return None
-        member = group.members.get(req.member_id)
+        member_id = req.member_id
+        member = group.members.get(member_id)
         if member is None:
             return None
         current = member.current
         epoch = group.assignment_epoch
         process = group.process
         if (
-            current.member_epoch != req.member_epoch
+            current.member_epoch != member_epoch
             or current.member_epoch != epoch  # (so nothing to reconcile: Stable at the group's epoch)
             or current.state != MemberState.STABLE
             or group.epoch > epoch  # no assignment to start...
@@ -202,7 +205,7 @@ class Membership(CoreBase):
             elif name not in _STEADY_FIELDS:
                 return None
         limit = self.config.max_id_length  # (the ids were checked in full when they were created)
-        if len(req.group_id) > limit or len(req.member_id) > limit:
+        if len(group_id) > limit or len(member_id) > limit:
             return None
         return self._response(group, member, self._alive(group, member, req, now))
 

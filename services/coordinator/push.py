@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from services.coordinator.metrics import CoordinatorMetrics
 
@@ -139,9 +140,10 @@ class NudgeHub:
     def sent(self, key: StreamKey) -> None:
         self._sent[key] = time.perf_counter()
 
-    def heartbeat_seen(self, group_id: str, member_id: str) -> None:
-        """A heartbeat from this member: if it was nudged, the nudge-to-heartbeat latency."""
+    def heartbeat_seen(self, request: Any) -> None:
+        """A heartbeat (its request): if its member was nudged, the nudge-to-heartbeat latency.
+        (The ids are read from the request only then: every heartbeat passes here.)"""
         if self._sent:
-            sent = self._sent.pop((group_id, member_id), None)
+            sent = self._sent.pop((request.group_id, request.member_id), None)
             if sent is not None:
                 self.metrics.nudge_latency.observe(time.perf_counter() - sent)

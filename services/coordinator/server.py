@@ -196,7 +196,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             except HandlerFailed:
                 return await self._call(_HEARTBEAT, _HEARTBEAT_RESPONSE, self.runtime.handler_failed, authorized=True)
             if response is not None:
-                self.runtime.nudges.heartbeat_seen(request.group_id, request.member_id)
+                self.runtime.nudges.heartbeat_seen(request)
                 self.metrics.rpc.record(_HEARTBEAT, _NONE, time.perf_counter() - started)
                 return response
         # Anything else, or refused: the full path (with ACLs, authorized again there).
@@ -205,12 +205,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
     def _heartbeat(self, r: Any) -> Awaitable[Any]:
         if r.HasField("client_assignors"):  # a join or a change: is every name known?
             return self._discover_then_heartbeat(r)
-        self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
+        self.runtime.nudges.heartbeat_seen(r)
         return self.runtime.handle(self.core.heartbeat, r)
 
     async def _discover_then_heartbeat(self, r: Any) -> Any:
         await self.runtime.discover_for(r)  # a name no known service serves: ask again
-        self.runtime.nudges.heartbeat_seen(r.group_id, r.member_id)
+        self.runtime.nudges.heartbeat_seen(r)
         return await self.runtime.handle(self.core.heartbeat, r)
 
     async def ConnectGroupWatch(self, request: Any, context: Any) -> AsyncIterator[Any]:

@@ -105,3 +105,40 @@ def test_a_bug_in_the_hot_path_reloads_the_state_and_answers_an_error(
             assert response.error_code == ErrorCode.UNKNOWN_MEMBER_ID, response
 
     asyncio.run(scenario())
+
+
+def test_a_nudged_members_next_heartbeat_measures_the_nudge_on_either_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`connect_coordinator_nudge_to_heartbeat_seconds`: the member's next heartbeat after a nudge
+    went out is measured once, whether the steady lane or the full path answers it."""
+
+    async def scenario() -> None:
+        async with started(tmp_path) as runtime:
+            servicer = CoordinatorServicer(runtime)
+
+            def measured() -> float | None:
+                return runtime.metrics.registry.get_sample_value("connect_coordinator_nudge_to_heartbeat_seconds_count")
+
+            request = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=1)
+            other = coordinator_pb2.ConnectGroupHeartbeatRequest(group_id="g", member_id="x", member_epoch=1)
+            runtime.nudges.sent(("g", "m"))
+            await servicer.ConnectGroupHeartbeat(other, None)  # another member's: not this nudge
+            assert measured() == 0
+            response = await servicer.ConnectGroupHeartbeat(request, None)  # the full path (unknown member)
+            assert response.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            assert measured() == 1
+            await servicer.ConnectGroupHeartbeat(request, None)
+            assert measured() == 1  # once per nudge
+
+            def steady(_self: Any, _request: Any, _now: int) -> Any:
+                return coordinator_pb2.ConnectGroupHeartbeatResponse(member_id="m", member_epoch=1)
+
+            with monkeypatch.context() as patch:
+                patch.setattr(GroupCoordinator, "steady_heartbeat", steady)
+                runtime.nudges.sent(("g", "m"))
+                response = await servicer.ConnectGroupHeartbeat(request, None)  # the lane
+            assert response.error_code == ErrorCode.NONE and response.member_epoch == 1
+            assert measured() == 2
+
+    asyncio.run(scenario())
