@@ -164,8 +164,13 @@ class CoordinatorMachine:
     @property
     def idle(self) -> bool:
         """Loaded, and nothing is being stored or waiting to be: an answer given now overtakes no
-        record it could have seen (what `_enqueue` checks before answering at once)."""
-        return self.loaded and not self._pending and self._writing is None and not self._isolating
+        record it could have seen."""
+        return self.loaded and self._storing_nothing
+
+    @property
+    def _storing_nothing(self) -> bool:
+        """Nothing is being stored or waiting to be (what `_enqueue` checks before answering at once)."""
+        return not self._pending and self._writing is None and not self._isolating
 
     def answer_at_once(self, handler: Callable[[Any, int], Any | None], request: Any, now_ms: int) -> Any | None:
         """Run a handler that answers from memory alone and produces no records and no effects (the
@@ -290,7 +295,7 @@ class CoordinatorMachine:
 
     def _enqueue(self, result: Result, request: Any) -> Ticket:
         records = result.records
-        if not records and self.idle:  # (loaded: the handler ran)
+        if not records and self._storing_nothing:
             # Nothing before it is still being stored (the idle heartbeat's path: keep it short).
             ticket = Ticket(result.response, records, result.effects, _NO_GROUPS)
             if result.effects:
