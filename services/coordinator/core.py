@@ -118,7 +118,7 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
         session = max(self.session_timeout_ms(group), self.config.max_session_timeout_ms)
         for mid, m in group.members.items():
             m.session_deadline_ms = now_ms + session
-            self.timer.schedule(TimerKey(TimerKind.SESSION, group.group_id, mid), m.session_deadline_ms)
+            self.timer.schedule(m.session_timer(group.group_id), m.session_deadline_ms)
             if m.current.state == MemberState.UNREVOKED_ITEMS:
                 self.timer.schedule(
                     TimerKey(TimerKind.REVOCATION, group.group_id, mid), now_ms + m.meta.rebalance_timeout_ms

@@ -154,12 +154,15 @@ class CoordinatorMachine:
         """Run a state-changing handler; its ticket is answered once its records are durable."""
         if not self.loaded:
             raise LOADING
+        return self._enqueue(self._run(handler, request, now_ms), request)
+
+    def _run(self, handler: Callable[[Any, int], Any], request: Any, now_ms: int) -> Any:
+        """Call a handler; if it raises, memory may hold part of its changes: unloaded, HandlerFailed."""
         try:
-            result = handler(request, now_ms)
+            return handler(request, now_ms)
         except Exception as e:
             self.loaded = False
             raise HandlerFailed(f"handler {getattr(handler, '__name__', handler)} failed: {e!r}") from e
-        return self._enqueue(result, request)
 
     @property
     def idle(self) -> bool:
@@ -176,11 +179,7 @@ class CoordinatorMachine:
         """Run a handler that answers from memory alone and produces no records and no effects (the
         steady-state heartbeat: `Membership.steady_heartbeat`), or None if it does not apply. Only
         while `idle`: the caller checks. No ticket: there is nothing to store, wait for or release."""
-        try:
-            return handler(request, now_ms)
-        except Exception as e:
-            self.loaded = False
-            raise HandlerFailed(f"handler {getattr(handler, '__name__', handler)} failed: {e!r}") from e
+        return self._run(handler, request, now_ms)
 
     def read(self, reader: Callable[[Any], Any], request: Any) -> Ticket:
         """Run a read-only handler; answered once everything it could have seen is durable."""

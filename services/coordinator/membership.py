@@ -218,10 +218,7 @@ class Membership(CoreBase):
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
         member.session_deadline_ms = max(member.session_deadline_ms, now + session_timeout_ms)
-        key = member.session_key
-        if key is None:  # (the group's own id string, not the request's copy: the timers keep the key)
-            key = member.session_key = TimerKey(TimerKind.SESSION, group.group_id, member.member_id)
-        self.timer.schedule(key, member.session_deadline_ms)
+        self.timer.schedule(member.session_timer(group.group_id), member.session_deadline_ms)
         member.last_heartbeat_ms = now
         return session_timeout_ms
 
@@ -521,7 +518,7 @@ class Membership(CoreBase):
         self._work_done(group, mid)
         sink.emit(CurrentAssignment(gid, mid, None))
         sink.emit(MemberMetadata(gid, mid, None))
-        self.timer.cancel(TimerKey(TimerKind.SESSION, gid, mid))
+        self.timer.cancel(member.session_timer(gid))
         self.timer.cancel(TimerKey(TimerKind.REVOCATION, gid, mid))
 
     def _remove_member(

@@ -34,7 +34,7 @@ from services.coordinator.records import (
     TargetMetadata,
     TargetMetadataValue,
 )
-from services.coordinator.timers import TimerKey
+from services.coordinator.timers import TimerKey, TimerKind
 
 AssignorKey = tuple[tuple[str, int, int], ...]
 
@@ -83,13 +83,20 @@ class Member:
     # Volatile: coordinator time of its last accepted heartbeat (0: none since a restart); recorded
     # in the event of its loss, where the analytics job starts the downtime of its work.
     last_heartbeat_ms: int = 0
-    # Volatile: its session timer's key, made at its first heartbeat and re-armed by every one after
-    # (the object the timers already hold: nothing built or hashed anew per heartbeat).
+    # Volatile: its session timer's key (`session_timer`).
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
 
     @property
     def member_epoch(self) -> int:
         return self.current.member_epoch
+
+    def session_timer(self, group_id: str) -> TimerKey:
+        """Its session timer's key (`group_id`: the group's own id string, which the timers keep),
+        made once: every heartbeat re-arms the same object, without building or hashing a new one."""
+        key = self.session_key
+        if key is None:
+            key = self.session_key = TimerKey(TimerKind.SESSION, group_id, self.member_id)
+        return key
 
     @property
     def owned(self) -> Items:
