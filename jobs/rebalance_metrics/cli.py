@@ -31,6 +31,13 @@ JVM_DEFAULTS = {
     "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
     "spark.executor.defaultJavaOptions": "-XX:+UseParallelGC",
 }
+# Generated classes kept for reuse (Spark's default is 100). One run of the job generates more than
+# 100 distinct classes (about 50 stages), so with the default a session that runs the job again (the
+# tests' shared session, the benchmark, a notebook) found its classes evicted, compiled them again
+# and the JIT compiled the new classes again: at 4 M events after a 1 M run, 15 CPU-s of C2
+# compilation against 9 with the larger cache, 47 s against 42 (docs/benchmarks.md). A one-shot
+# `connect-metrics run` is not changed by it. (A static setting: read when the session is created.)
+CODEGEN_CACHE_ENTRIES = 2000
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,6 +88,7 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
         .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     for key, value in {**({} if under_submit else JVM_DEFAULTS), **(conf or {})}.items():
         builder = builder.config(key, value)
