@@ -15,6 +15,9 @@ this is what K times the groups would give with repeated seeds). Built once next
     .venv/bin/python bench/metrics_bench.py [--source /tmp/metrics-bench/source.db] [--sizes 500000,1000000]
                                             [--postgres] [--no-oracle] [--check]
 
+Also reported: a run's fixed cost (the job over 20,000 events, warm) and, per run, the JVM's CPU
+by kind of thread (Spark's tasks, the JIT compilers, the garbage collector), read from /proc.
+
 --check: after the timed runs of each size, every output table of each database's run is compared
 row for row with the oracle's (not timed): the job's numbers at scale, not only on the tests' logs.
 """
@@ -38,7 +41,27 @@ sys.path.insert(0, str(REPO / "proto"))
 
 from services.storage import Storage  # noqa: E402
 
+WARM_EVENTS = 20_000
 COLUMNS = "id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details"
+
+
+THREAD_KINDS = (("tasks", "Executor task"), ("JIT", "CompilerThre"), ("GC", "GC Thread"))
+
+
+def jvm_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds the JVM's threads have used so far, by kind (Spark's task threads, the JIT
+    compilers, the garbage collector, the rest), from /proc/PID/task."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys([k for k, _ in THREAD_KINDS] + ["other"], 0.0)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        kind = next((k for k, prefix in THREAD_KINDS if prefix in name), "other")
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return out
 
 
 def ensure_source(path: Path, events: int, processes: int = 2) -> None:
@@ -181,15 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = build_session("local[2]", shuffle_partitions=4, conf={"spark.driver.memory": args.driver_memory})
     jvm_s = time.monotonic() - started
+    jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
     server = None
     databases: list[tuple[str, str]] = []
     work = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
     results: list[tuple[str, int, float, float | None]] = []
     phases: list[tuple[str, int, dict[str, float]]] = []
+    cpu: list[tuple[str, int, float, dict[str, float]]] = []
     try:
-        # Warm-up (JIT, code generation) on a small log, not measured.
-        job.run(spark, copy_sqlite(args.source, work / "warm.db", 20_000), work / "warm-out", full=True)
+        # Warm-up (JIT, code generation) on a small log, not measured; then the same small run again:
+        # a run's fixed cost (planning, code generation and scheduling of its ~50 stages), which
+        # bounds the events/s of any size from above.
+        warm = copy_sqlite(args.source, work / "warm.db", WARM_EVENTS)
+        job.run(spark, warm, work / "warm-out", full=True)
+        t = time.monotonic()
+        job.run(spark, warm, work / "warm-out", full=True)
+        fixed_s = time.monotonic() - t
         if args.postgres:
             from tests.fixtures.postgres import PostgresServer, create_test_database, ensure_installed
 
@@ -210,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
                 oracle_s = time.monotonic() - t
                 del rows
             for name, url in databases:
-                t = time.monotonic()
+                t, cpu_before = time.monotonic(), jvm_cpu(jvm_pid)
                 stats = job.run(spark, url, work / f"out-{name}-{n}", full=True)
                 took = time.monotonic() - t
+                cpu_after = jvm_cpu(jvm_pid)
+                cpu.append((name, n, took, {k: cpu_after[k] - cpu_before[k] for k in cpu_after}))
                 assert stats.events_read == n, stats
                 results.append((name, n, took, oracle_s))
                 phases.append((name, n, stats.timings))
@@ -228,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [
         f"local[2], {os.cpu_count()} CPUs; JVM + SparkSession start {jvm_s:.1f} s (not included below); "
-        "end to end = JDBC read + compute + Parquet write of the five tables + checkpoint.",
+        "end to end = JDBC read + compute + Parquet write of the five tables + checkpoint; "
+        f"a run's fixed cost (the job over {WARM_EVENTS:,} events, warm) {fixed_s:.1f} s.",
         "",
         "| database | events | job s | job events/s | oracle s (plain Python) | oracle events/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -246,6 +280,16 @@ def main(argv: list[str] | None = None) -> int:
         "| database | events | " + " | ".join(names) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
         *(f"| {db} | {n:,} | " + " | ".join(f"{t.get(k, 0):.1f}" for k in names) + " |" for db, n, t in phases),
+    ]
+    kinds = [k for k, _ in THREAD_KINDS] + ["other"]
+    lines += [
+        "",
+        "The JVM's CPU during each run (s, from /proc: Spark's task threads, the JIT compilers, the "
+        "garbage collector, the rest); 2 cores give 2 CPU-s per wall second.",
+        "",
+        "| database | events | wall s | " + " | ".join(f"{k} CPU-s" for k in kinds) + " |",
+        "| --- | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |",
+        *(f"| {db} | {n:,} | {w:.1f} | " + " | ".join(f"{c[k]:.1f}" for k in kinds) + " |" for db, n, w, c in cpu),
     ]
     table = "\n".join(lines)
     print(table)

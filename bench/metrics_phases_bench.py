@@ -12,6 +12,16 @@ as one Spark job that aggregates what it computed (so nothing is pruned and noth
 * prepare: the job's `prepare` (parse + window + flags), aggregated, not cached;
 * prepare, cached: the same persisted as the job does (`MEMORY_AND_DISK`) and counted.
 
+And the floor: work that any implementation of the job's tables has to do, measured alone, each
+aggregated by a hash of every column it keeps:
+
+* floor: read: the JDBC read of every column;
+* floor: group order: the read, then every event in its group's order (a shuffle by group, a sort
+  by (group, id)): monotonic time, incarnations and every per-group sequence need it;
+* floor: item order: the read, the item lists of `details` parsed and exploded to one row per
+  (event, item), in each item's order (a shuffle, a sort by (group, item, id)): per-item downtime
+  needs it.
+
 Each phase runs twice; the second (the JVM's code already compiled) is reported.
 
     .venv/bin/python bench/metrics_phases_bench.py --database sqlite:////tmp/issue8-bench/gen.db
@@ -35,10 +45,15 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
 
 from jobs.rebalance_metrics import source  # noqa: E402
 from jobs.rebalance_metrics.cli import build_session  # noqa: E402
-from jobs.rebalance_metrics.transform import DETAILS_SCHEMA, prepare  # noqa: E402
+from jobs.rebalance_metrics.transform import DETAILS_SCHEMA, ITEM_LISTS, prepare  # noqa: E402
+
+
+def _hash_all(df: DataFrame) -> Any:
+    return df.agg(F.bit_xor(F.xxhash64(*df.columns))).first()
 
 
 def phases(raw: DataFrame) -> dict[str, Callable[[], Any]]:
@@ -52,6 +67,12 @@ def phases(raw: DataFrame) -> dict[str, Callable[[], Any]]:
         finally:
             df.unpersist(blocking=True)
 
+    lists = F.from_json("details", T.StructType([T.StructField(n, T.ArrayType(T.StringType())) for n in ITEM_LISTS]))
+    no_items = F.array().cast("array<string>")
+    items = raw.select("id", "group_id", lists.alias("l")).select(
+        "id", "group_id", F.posexplode(F.concat(*(F.coalesce(F.col(f"l.{n}"), no_items) for n in ITEM_LISTS)))
+    )
+
     return {
         "read ids": lambda: raw.select(F.sum("id")).first(),
         "read details": lambda: raw.select(F.sum(F.length("details"))).first(),
@@ -59,6 +80,15 @@ def phases(raw: DataFrame) -> dict[str, Callable[[], Any]]:
         "window": lambda: raw.select(F.max("time_ms").over(by_group).alias("m")).agg(F.sum("m")).first(),
         "prepare": lambda: prepare(raw).select(F.sum("t"), F.sum(F.size("d.tasks")), F.sum("inc")).first(),
         "prepare, cached": cached,
+        "floor: read": lambda: _hash_all(raw),
+        "floor: group order": lambda: _hash_all(
+            raw.repartition("group_id").sortWithinPartitions(F.xxhash64("group_id"), "group_id", "id")
+        ),
+        "floor: item order": lambda: _hash_all(
+            items.repartition("group_id").sortWithinPartitions(
+                F.xxhash64("group_id", "col"), "group_id", "col", "id", "pos"
+            )
+        ),
     }
 
 
