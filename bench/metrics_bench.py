@@ -16,7 +16,8 @@ this is what K times the groups would give with repeated seeds). Built once next
                                             [--postgres] [--no-oracle] [--check]
 
 Also reported: a run's fixed cost (the job over 20,000 events, warm) and, per run, the JVM's CPU
-by kind of thread (Spark's tasks, the JIT compilers, the garbage collector), read from /proc.
+by kind of thread (Spark's tasks, the JIT compilers, the garbage collector), read from /proc, and
+the number of classes Spark's code generation compiled.
 
 --check: after the timed runs of each size, every output table of each database's run is compared
 row for row with the oracle's (not timed): the job's numbers at scale, not only on the tests' logs.
@@ -204,14 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = build_session("local[2]", shuffle_partitions=4, conf={"spark.driver.memory": args.driver_memory})
     jvm_s = time.monotonic() - started
-    jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    jvm = spark.sparkContext._jvm
+    jvm_pid = int(jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    # Every class Spark's code generation compiles (a miss of its class cache) is counted here.
+    codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
 
     server = None
     databases: list[tuple[str, str]] = []
     work = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
     results: list[tuple[str, int, float, float | None]] = []
     phases: list[tuple[str, int, dict[str, float]]] = []
-    cpu: list[tuple[str, int, float, dict[str, float]]] = []
+    cpu: list[tuple[str, int, float, dict[str, float], int]] = []
     try:
         # Warm-up (JIT, code generation) on a small log, not measured; then the same small run again:
         # a run's fixed cost (planning, code generation and scheduling of its ~50 stages), which
@@ -242,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                 del rows
             for name, url in databases:
                 t, cpu_before = time.monotonic(), jvm_cpu(jvm_pid)
+                compiled = codegen.METRIC_SOURCE_CODE_SIZE().getCount()
                 stats = job.run(spark, url, work / f"out-{name}-{n}", full=True)
                 took = time.monotonic() - t
                 cpu_after = jvm_cpu(jvm_pid)
-                cpu.append((name, n, took, {k: cpu_after[k] - cpu_before[k] for k in cpu_after}))
+                compiled = codegen.METRIC_SOURCE_CODE_SIZE().getCount() - compiled
+                cpu.append((name, n, took, {k: cpu_after[k] - cpu_before[k] for k in cpu_after}, compiled))
                 assert stats.events_read == n, stats
                 results.append((name, n, took, oracle_s))
                 phases.append((name, n, stats.timings))
@@ -285,11 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         "The JVM's CPU during each run (s, from /proc: Spark's task threads, the JIT compilers, the "
-        "garbage collector, the rest); 2 cores give 2 CPU-s per wall second.",
+        "garbage collector, the rest; 2 cores give 2 CPU-s per wall second) and the classes Spark's "
+        "code generation compiled (its class cache's misses).",
         "",
-        "| database | events | wall s | " + " | ".join(f"{k} CPU-s" for k in kinds) + " |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " |",
-        *(f"| {db} | {n:,} | {w:.1f} | " + " | ".join(f"{c[k]:.1f}" for k in kinds) + " |" for db, n, w, c in cpu),
+        "| database | events | wall s | " + " | ".join(f"{k} CPU-s" for k in kinds) + " | classes compiled |",
+        "| --- | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " | ---: |",
+        *(
+            f"| {db} | {n:,} | {w:.1f} | " + " | ".join(f"{c[k]:.1f}" for k in kinds) + f" | {m} |"
+            for db, n, w, c, m in cpu
+        ),
     ]
     table = "\n".join(lines)
     print(table)
