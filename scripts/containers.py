@@ -257,12 +257,22 @@ def _revision() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
+def image_id(ref: str) -> str | None:
+    out = run([engine(), "image", "inspect", "--format", "{{.Id}}", ref], check=False, quiet=True, capture_output=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
 def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -> dict[str, str]:
-    """Build the project's images from docker/Dockerfile; returns name -> reference (tagged with the version)."""
+    """Build the project's images from docker/Dockerfile; returns name -> reference (tagged with the version).
+
+    A rebuild moves the tag to the new image; the image it leaves behind (untagged, about 1 GB when
+    the code changed) is removed, so repeated builds (every test run) do not fill the disk. Removal
+    is best effort: an image a container still uses, or that another tag names, stays."""
     built = {}
     created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in names:
         ref = image_ref(name)
+        previous = image_id(ref)
         cmd = [engine(), "build", "-f", str(DOCKERFILE), "--target", IMAGES[name], "-t", ref]
         if base_image:
             cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
@@ -271,6 +281,9 @@ def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -
         cmd.append(str(ROOT))
         run(cmd)
         built[name] = ref
+        if previous is not None and previous != image_id(ref):
+            # (no -f: refused, and left alone, while a container or another tag still uses it)
+            run([engine(), "rmi", previous], check=False, quiet=True, capture_output=True)
     return built
 
 

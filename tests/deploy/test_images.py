@@ -134,6 +134,41 @@ def test_images_are_labelled_non_root_and_carry_no_build_tools(images: dict[str,
         assert probe == [UID, "0"], (name, probe)
 
 
+def test_a_rebuild_removes_the_image_it_replaced(images: dict[str, str]) -> None:
+    """Every test run rebuilds the images: the ones a rebuild replaces must not pile up on the disk.
+    (The tag is pointed at a throw-away image; the rebuild, from the cached layers, points it back.)"""
+    ref = images["connect-coordinator"]
+    base = containers.build_standins()["python"]  # the fixture's base (present: reused)
+    real = containers.image_id(ref)
+    holder = f"{SESSION}-holder"
+
+    def stand_in() -> str:
+        """A throw-away image that only `ref` names (made from a container of the real one)."""
+        engine("create", "--name", holder, ref)
+        try:
+            made = engine("commit", "--quiet", "--change", "LABEL cgc.test=stand-in", holder).stdout.strip()
+        finally:
+            engine("rm", "-f", holder)
+        engine("tag", made, ref)
+        return made
+
+    replaced = stand_in()
+    containers.build_images(base, ["connect-coordinator"])
+    assert containers.image_id(ref) == real
+    assert not containers.image_exists(replaced), "the replaced image is still there"
+
+    # An image a container still uses is left alone (rmi without -f), and the build still succeeds.
+    in_use = stand_in()
+    engine("create", "--name", holder, in_use)
+    try:
+        containers.build_images(base, ["connect-coordinator"])
+        assert containers.image_id(ref) == real
+        assert containers.image_exists(in_use), "an image in use was removed"
+    finally:
+        engine("rm", "-f", holder, check_=False)
+        engine("rmi", in_use, check_=False)
+
+
 def test_the_metrics_image_has_a_jre_the_jdbc_drivers_and_pyspark(images: dict[str, str]) -> None:
     ref = images["connect-metrics"]
     assert inspect(ref)["Config"]["Entrypoint"] == ["/usr/bin/tini", "--", "connect-metrics"]
