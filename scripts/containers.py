@@ -276,8 +276,8 @@ def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -
         cmd = [engine(), "build", "-f", str(DOCKERFILE), "--target", IMAGES[name], "-t", ref]
         if base_image:
             cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
-        for key, value in (("version", version()), ("revision", _revision()), ("created", created)):
-            cmd += ["--label", f"org.opencontainers.image.{key}={value}"]
+        for key, value in (("VERSION", version()), ("REVISION", _revision()), ("CREATED", created)):
+            cmd += ["--build-arg", f"{key}={value}"]  # the image's last labels (see docker/Dockerfile)
         cmd.append(str(ROOT))
         run(cmd)
         built[name] = ref

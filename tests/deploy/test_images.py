@@ -32,6 +32,7 @@ from tests.worker.observe import Admin
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
 
 SESSION = f"cgc-test-{os.getpid()}"
+HEAD = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 UID = "10001"
 
 
@@ -124,7 +125,8 @@ def test_images_are_labelled_non_root_and_carry_no_build_tools(images: dict[str,
         labels = config["Labels"]
         assert labels["org.opencontainers.image.version"] == containers.version(), name
         assert labels["org.opencontainers.image.title"] == name
-        assert len(labels["org.opencontainers.image.revision"]) == 40
+        # The commit built, not that of an earlier build whose layers were reused.
+        assert labels["org.opencontainers.image.revision"] == HEAD, name
         # No compiler, no pip, no wheels, no caches in the final image.
         probe = engine(
             "run", "--rm", "--entrypoint", "sh", ref, "-c",
@@ -136,10 +138,9 @@ def test_images_are_labelled_non_root_and_carry_no_build_tools(images: dict[str,
 
 def test_a_rebuild_removes_the_image_it_replaced(images: dict[str, str]) -> None:
     """Every test run rebuilds the images: the ones a rebuild replaces must not pile up on the disk.
-    (The tag is pointed at a throw-away image; the rebuild, from the cached layers, points it back.)"""
+    (The tag is pointed at a throw-away image, then the image is rebuilt from the cached layers.)"""
     ref = images["connect-coordinator"]
     base = containers.build_standins()["python"]  # the fixture's base (present: reused)
-    real = containers.image_id(ref)
     holder = f"{SESSION}-holder"
 
     def stand_in() -> str:
@@ -154,7 +155,7 @@ def test_a_rebuild_removes_the_image_it_replaced(images: dict[str, str]) -> None
 
     replaced = stand_in()
     containers.build_images(base, ["connect-coordinator"])
-    assert containers.image_id(ref) == real
+    assert containers.image_id(ref) not in (None, replaced)
     assert not containers.image_exists(replaced), "the replaced image is still there"
 
     # An image a container still uses is left alone (rmi without -f), and the build still succeeds.
@@ -162,7 +163,7 @@ def test_a_rebuild_removes_the_image_it_replaced(images: dict[str, str]) -> None
     engine("create", "--name", holder, in_use)
     try:
         containers.build_images(base, ["connect-coordinator"])
-        assert containers.image_id(ref) == real
+        assert containers.image_id(ref) not in (None, in_use)
         assert containers.image_exists(in_use), "an image in use was removed"
     finally:
         engine("rm", "-f", holder, check_=False)
