@@ -265,21 +265,30 @@ def image_id(ref: str) -> str | None:
 def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -> dict[str, str]:
     """Build the project's images from docker/Dockerfile; returns name -> reference (tagged with the version).
 
-    A rebuild moves the tag to the new image; the image it leaves behind (untagged, about 1 GB when
-    the code changed) is removed, so repeated builds (every test run) do not fill the disk. Removal
-    is best effort: an image a container still uses, or that another tag names, stays."""
+    Two builds per image. The first builds the Dockerfile's target with the layer cache and tags it
+    `<ref>-layers`. The second, without the cache, adds only the labels that change every build
+    (version, revision, created) on top of it and tags `<ref>`. Passing them to the first build
+    (`--label`, or build args) is not enough: buildah 1.28 reuses a cached image with the labels of
+    the build that made it, so an image rebuilt from cached layers named an older commit.
+
+    A rebuild moves the tag to the new image; the image it leaves behind is removed, so repeated
+    builds (every test run) do not pile up images. Removal is best effort: an image a container
+    still uses, or that another tag names, stays."""
     built = {}
     created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {"version": version(), "revision": _revision(), "created": created}
     for name in names:
         ref = image_ref(name)
         previous = image_id(ref)
-        cmd = [engine(), "build", "-f", str(DOCKERFILE), "--target", IMAGES[name], "-t", ref]
+        cmd = [engine(), "build", "-f", str(DOCKERFILE), "--target", IMAGES[name], "-t", f"{ref}-layers"]
         if base_image:
             cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
-        for key, value in (("VERSION", version()), ("REVISION", _revision()), ("CREATED", created)):
-            cmd += ["--build-arg", f"{key}={value}"]  # the image's last labels (see docker/Dockerfile)
-        cmd.append(str(ROOT))
-        run(cmd)
+        run([*cmd, str(ROOT)])
+        with tempfile.TemporaryDirectory(prefix="cgc-labels-") as context:
+            (Path(context) / "Containerfile").write_text(f"FROM {ref}-layers\n")
+            cmd = [engine(), "build", "--no-cache", "-t", ref, "-f", str(Path(context) / "Containerfile")]
+            cmd += [f"--label=org.opencontainers.image.{key}={value}" for key, value in labels.items()]
+            run([*cmd, context])
         built[name] = ref
         if previous is not None and previous != image_id(ref):
             # (no -f: refused, and left alone, while a container or another tag still uses it)
