@@ -102,8 +102,13 @@ def run(
     return out
 
 
+def image_id(ref: str) -> str | None:
+    out = run([engine(), "image", "inspect", "--format", "{{.Id}}", ref], check=False, quiet=True, capture_output=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
 def image_exists(ref: str) -> bool:
-    return run([engine(), "image", "inspect", ref], check=False, quiet=True, capture_output=True).returncode == 0
+    return image_id(ref) is not None
 
 
 def registry_reachable(ref: str) -> bool:
@@ -255,11 +260,6 @@ def standin_env(refs: dict[str, str]) -> dict[str, str]:
 def _revision() -> str:
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() if out.returncode == 0 else "unknown"
-
-
-def image_id(ref: str) -> str | None:
-    out = run([engine(), "image", "inspect", "--format", "{{.Id}}", ref], check=False, quiet=True, capture_output=True)
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def build_images(base_image: str | None, names: Sequence[str] = tuple(IMAGES)) -> dict[str, str]:
