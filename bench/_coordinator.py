@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 class Coordinator:
     def __init__(self, workdir: Path, settings: Iterable[str] = ()) -> None:
         database = f"sqlite:///{workdir / 'coordinator.db'}"
-        cli = [sys.executable, "-m", "services.coordinator.cli"]
+        cli = [sys.executable, "-m", "services.coordinator.cli.coordinator"]
         subprocess.run([*cli, "migrate", "--database", database, "--log-level", "WARNING"], cwd=REPO, check=True)
         cmd = [*cli, "serve", "--no-migrate", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--database", database]
         cmd += ["--log-level", "WARNING"]

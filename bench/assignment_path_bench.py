@@ -46,10 +46,10 @@ from heartbeat_path_bench import GROUP, build_group, in_process_runtime  # noqa:
 
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, coordinator_pb2  # noqa: E402
 from services.assignor import assign  # noqa: E402
-from services.coordinator.assignment import build_snapshot  # noqa: E402
-from services.coordinator.runtime import CoordinatorRuntime  # noqa: E402
-from services.coordinator.server import CoordinatorServicer  # noqa: E402
-from services.coordinator.state import Group  # noqa: E402
+from services.coordinator.core.assignment import build_snapshot  # noqa: E402
+from services.coordinator.core.state import Group  # noqa: E402
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime  # noqa: E402
+from services.coordinator.runtime.server import CoordinatorServicer  # noqa: E402
 from worker_sdk import assign_request  # noqa: E402
 
 

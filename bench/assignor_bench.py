@@ -38,7 +38,7 @@ from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc  # noqa: E402
 from services.assignor import INCREMENTAL_COOPERATIVE, AssignInput, Member, assign, compute  # noqa: E402
 from services.assignor.server import SERVER_OPTIONS  # noqa: E402
 from services.common.items import Items  # noqa: E402
-from services.coordinator.assignment import send_items_once  # noqa: E402
+from services.coordinator.core.assignment import send_items_once  # noqa: E402
 
 CASES = [(100, 1_000, 5.0), (1_000, 10_000, 30.0), (10_000, 100_000, 300.0)]
 TASKS_PER_CONNECTOR = 10

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "proto"))
 from bench.heartbeat_bench import start  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
-from services.coordinator.partitions import partition_for  # noqa: E402
+from services.coordinator.runtime.partitions import partition_for  # noqa: E402
 from worker_sdk import ChannelPool, ConnectWorkerClient  # noqa: E402
 
 PARTITIONS = 24
@@ -54,7 +54,7 @@ class Counting:
 
 
 def replica(url: str, lease_ms: int, renew_ms: int, core: int) -> tuple[object, str]:
-    cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
+    cmd = [sys.executable, "-m", "services.coordinator.cli.coordinator", "serve", "--listen", "127.0.0.1:0"]
     cmd += ["--metrics-listen", "", "--database", url, "--log-level", "WARNING"]
     for s in (
         f"group.coordinator.partitions={PARTITIONS}",

@@ -299,7 +299,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "services.coordinator.cli",
+                    "services.coordinator.cli.coordinator",
                     "serve",
                     "--listen",
                     "127.0.0.1:0",

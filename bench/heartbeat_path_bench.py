@@ -40,10 +40,10 @@ sys.path.insert(0, str(REPO / "bench"))
 import heartbeat_bench  # noqa: E402
 
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2  # noqa: E402
-from services.coordinator.cli import load_server_config  # noqa: E402
-from services.coordinator.core import GroupCoordinator  # noqa: E402
-from services.coordinator.runtime import CoordinatorRuntime  # noqa: E402
-from services.coordinator.server import AdminServicer, CoordinatorServicer, start_server  # noqa: E402
+from services.coordinator.cli.coordinator import load_server_config  # noqa: E402
+from services.coordinator.core.coordinator import GroupCoordinator  # noqa: E402
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime  # noqa: E402
+from services.coordinator.runtime.server import AdminServicer, CoordinatorServicer, start_server  # noqa: E402
 from services.storage.repository import Storage  # noqa: E402
 
 GROUP = "bench"  # the group heartbeat_bench.join_request and round_robin_install name

@@ -21,8 +21,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "proto"))
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2  # noqa: E402
-from services.coordinator.config import ServerConfig  # noqa: E402
-from services.coordinator.core import GroupCoordinator  # noqa: E402
+from services.coordinator.core.config import ServerConfig  # noqa: E402
+from services.coordinator.core.coordinator import GroupCoordinator  # noqa: E402
 
 
 def main() -> int:

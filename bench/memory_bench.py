@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO / "proto"))
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2  # noqa: E402
 from services import assignor  # noqa: E402
 from services.common.memory import trim_heap  # noqa: E402
-from services.coordinator.config import ServerConfig  # noqa: E402
-from services.coordinator.core import GroupCoordinator, ServiceAssignment  # noqa: E402
+from services.coordinator.core.config import ServerConfig  # noqa: E402
+from services.coordinator.core.coordinator import GroupCoordinator, ServiceAssignment  # noqa: E402
 
 ASSIGNORS = common_pb2.ClientAssignors(
     assignors=[common_pb2.Assignor(name="incremental-cooperative", minimum_version=1, maximum_version=2, version=2)]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "proto"))
 from bench.heartbeat_bench import cpu_seconds, start  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
-from services.coordinator.partitions import partition_for  # noqa: E402
+from services.coordinator.runtime.partitions import partition_for  # noqa: E402
 
 PARTITIONS = 24
 SETTINGS = [
@@ -39,7 +39,7 @@ SETTINGS = [
 
 
 def coordinator(url: str, core: int) -> tuple[object, str, int]:
-    cmd = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
+    cmd = [sys.executable, "-m", "services.coordinator.cli.coordinator", "serve", "--listen", "127.0.0.1:0"]
     cmd += ["--metrics-listen", "", "--database", url, "--log-level", "WARNING"]
     for s in SETTINGS:
         cmd += ["--set", s]

@@ -31,8 +31,8 @@ from sqlalchemy.orm import Session, registry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from services.common.items import Items
-from services.coordinator.partitions import PartitionTable
-from services.coordinator.records import CurrentAssignment, CurrentAssignmentValue, MemberState
+from services.coordinator.core.records import CurrentAssignment, CurrentAssignmentValue, MemberState
+from services.coordinator.runtime.partitions import PartitionTable
 from services.storage import Storage
 from services.storage.codec import items_json
 from services.storage.models import MEMBER_ASSIGNMENTS_TABLE

@@ -10,6 +10,10 @@ Member`.
 Checked: every module under the project's packages below (function-level imports included).
 tests/ are white-box and may import anything, so they are not checked; nor is scripts/.
 
+Also checked: the direction of the coordinator's layers (LAYERS below). Its pure core imports
+nothing of the runtime, security, the CLIs, gRPC, SQL, metrics, the clock or the event loop; storage
+knows the core's records and lease rows but not what drives them; the runtime does not know the CLIs.
+
     python scripts/check_imports.py [ROOT]     # exit 0 clean, 1 with one line per offending import
 """
 
@@ -29,6 +33,86 @@ SOURCE_ROOTS = (".", "proto")  # where first-party packages live (as [tool.ruff]
 # Files that may still import other packages' private parts, each to be removed when it is fixed. An
 # entry that no longer needs it is reported too, so the list only shrinks.
 ALLOWED: frozenset[str] = frozenset()
+
+
+# (importing package, what it may not import, why): a module of the package (or under it) importing a
+# module at or under one of those names, at any level (function-level and TYPE_CHECKING imports too).
+LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "services.coordinator.core",
+        (
+            "services.coordinator.runtime",
+            "services.coordinator.security",
+            "services.coordinator.cli",
+            "services.storage",
+            "grpc",
+            "grpc_health",
+            "sqlalchemy",
+            "alembic",
+            "prometheus_client",
+            "asyncio",
+            "socket",
+            "threading",
+            "time",
+            "random",
+        ),
+        "the core is pure: state, request and time in; records, response and effects out",
+    ),
+    (
+        "services.coordinator.security",
+        ("services.coordinator.runtime", "services.coordinator.cli", "services.storage"),
+        "security is policy the runtime consults",
+    ),
+    ("services.coordinator.runtime", ("services.coordinator.cli",), "the CLIs wire the runtime, not the reverse"),
+    (
+        "services.storage",
+        (
+            "services.coordinator.runtime.asyncio_runtime",
+            "services.coordinator.runtime.server",
+            "services.coordinator.runtime.machine",
+            "services.coordinator.security",
+            "services.coordinator.cli",
+        ),
+        "storage knows the core's records and the partitions' lease rows, not what drives them",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class LayerViolation:
+    path: str
+    line: int
+    target: str  # the imported module (or module.name)
+    layer: str  # the importing package of LAYERS
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.layer} may not import {self.target} ({self.why})"
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def check_layers(root: Path) -> list[LayerViolation]:
+    """Imports that go against LAYERS, in file and line order."""
+    found: list[LayerViolation] = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            module, is_package = module_name(root, path)
+            rules = [(layer, banned, why) for layer, banned, why in LAYERS if _under(module, layer)]
+            if not rules:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            rel = path.relative_to(root).as_posix()
+            seen: set[tuple[int, str]] = set()
+            for line, target in imported(module, is_package, tree):
+                for layer, banned, why in rules:
+                    hit = next((b for b in banned if _under(target, b)), None)
+                    if hit is not None and (line, hit) not in seen:
+                        seen.add((line, hit))
+                        found.append(LayerViolation(rel, line, target, layer, why))
+    return sorted(found, key=lambda v: (v.path, v.line))
 
 
 @dataclass(frozen=True)
@@ -124,14 +208,20 @@ def check(root: Path, allowed: frozenset[str] = ALLOWED) -> tuple[list[Violation
 def main(argv: list[str]) -> int:
     root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
     violations, stale = check(root)
+    layered = check_layers(root)
     for v in violations:
         print(v)
+    for lv in layered:
+        print(lv)
     for path in stale:
         print(
             f"scripts/check_imports.py: {path} imports no private part of another package any more; remove it from ALLOWED"
         )
     if violations or stale:
         print(f"{len(violations)} private import(s) across packages; {len(stale)} stale ALLOWED file(s)")
+    if layered:
+        print(f"{len(layered)} import(s) against the coordinator's layers (LAYERS in scripts/check_imports.py)")
+    if violations or stale or layered:
         return 1
     return 0
 

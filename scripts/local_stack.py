@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
-from services.coordinator import admin_views  # noqa: E402
+from services.coordinator.cli import views as admin_views  # noqa: E402
 
 GROUP = "connect-demo"
 CONNECTORS = {"orders-sink": 4, "inventory-source": 2}

@@ -19,7 +19,7 @@ from typing import Any
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
-from services.coordinator.state import CoordinatorState
+from services.coordinator.core.state import CoordinatorState
 
 GROUP = "g"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.coordinator.config import ServerConfig
+from services.coordinator.core.config import ServerConfig
 from simulator.scenario import (
     MAX_HEARTBEAT_MS,
     MAX_SCHEDULED_DELAY_MS,

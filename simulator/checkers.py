@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from services.common.items import EMPTY, all_items
-from services.coordinator.records import MemberState as CoordMemberState
-from services.coordinator.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
+from services.coordinator.core.records import MemberState as CoordMemberState
+from services.coordinator.core.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
 from simulator.base import GROUP, Violation
 from worker_sdk import MemberState
 

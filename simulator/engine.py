@@ -3,8 +3,8 @@
 One run = one `Scenario`. A heap of timed events drives everything; popping one event and handling
 it is one *step*, and the invariants are checked after every step:
 
-* the coordinator node (`CoordinatorNode`) runs `services.coordinator.core.GroupCoordinator` the way
-  `services/coordinator/runtime.py` does: handle -> `Storage.write` (a real SQLite file) -> respond,
+* the coordinator node (`CoordinatorNode`) runs `services.coordinator.core.coordinator.GroupCoordinator` the way
+  `services/coordinator/runtime/asyncio_runtime.py` does: handle -> `Storage.write` (a real SQLite file) -> respond,
   with crash points between any two; recovery is a fresh core + `load(Storage.load(), now)`; in
   service mode it calls `services.assignor.assign` for the assignments the core asks for;
 * every worker (`SimWorker`) is a `worker_sdk.Member` driven exactly like `ConnectWorkerClient`
@@ -32,8 +32,8 @@ from typing import Any
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.records import RebalanceEvent
-from services.coordinator.state import CoordinatorState, durable_view
+from services.coordinator.core.records import RebalanceEvent
+from services.coordinator.core.state import CoordinatorState, durable_view
 from simulator import adversarial, checkers
 from simulator.base import (
     GROUP,

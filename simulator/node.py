@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.coordinator.machine import CoordinatorMachine, HandlerFailed, Ticket
-from services.coordinator.partitions import PartitionTable, RouteKind
-from services.coordinator.records import EventType
-from services.coordinator.state import durable_diff, durable_view
+from services.coordinator.core.records import EventType
+from services.coordinator.core.state import durable_diff, durable_view
+from services.coordinator.runtime.machine import CoordinatorMachine, HandlerFailed, Ticket
+from services.coordinator.runtime.partitions import PartitionTable, RouteKind
 from services.storage.leases import FencedError
 from simulator.base import ASSIGNOR_TIMEOUT_MS, GROUP, LEASE_MS, LOAD_MS, PARTITIONS, RENEW_MS, Violation
 
@@ -21,17 +21,17 @@ from typing import Any
 import services.assignor
 from connect.coordinator.v1 import assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.assignment import send_items_once
-from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.records import MemberMetadata, RebalanceEvent, Record
-from services.coordinator.state import CoordinatorState, InvariantViolation
+from services.coordinator.core.assignment import send_items_once
+from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core.records import MemberMetadata, RebalanceEvent, Record
+from services.coordinator.core.state import CoordinatorState, InvariantViolation
 from services.storage import Storage
 
 # ---- the coordinator node ------------------------------------------------------------------------
 
 
 class CoordinatorNode:
-    """The coordinator process: the runtime machine (services.coordinator.machine) over the real core
+    """The coordinator process: the runtime machine (services.coordinator.runtime.machine) over the real core
     and its SQLite file -- the shell's I/O done synchronously, with crash points between the steps."""
 
     def __init__(
@@ -132,7 +132,7 @@ class CoordinatorNode:
         self._after(now)
         return True
 
-    # -- replicas: leases over the shared database (services.coordinator.replicas, synchronously)
+    # -- replicas: leases over the shared database (services.coordinator.runtime.replicas, synchronously)
 
     def _start_replica(self, now: int) -> bool:
         core = GroupCoordinator(self.sim.config, self.service_assignors, new_member_id=self.sim.new_member_id)

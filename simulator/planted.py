@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from services.common.items import EMPTY
-from services.coordinator import membership as membership_module
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.machine import CoordinatorMachine
-from services.coordinator.records import CurrentAssignmentValue, MemberState
+from services.coordinator.core import membership as membership_module
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.core.records import CurrentAssignmentValue, MemberState
+from services.coordinator.runtime.machine import CoordinatorMachine
 from services.storage import leases as leases_module
 
 

@@ -110,3 +110,61 @@ def test_the_command_prints_one_line_per_problem_and_exits_1_then_0_once_fixed(t
         (root / path).write_text("from worker_sdk._assign import run\n")
     out = run()
     assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+
+LAYERED = {
+    "services/__init__.py": "",
+    "services/coordinator/__init__.py": "",
+    "services/coordinator/core/__init__.py": "",
+    "services/coordinator/core/state.py": (
+        "from services.coordinator.core import records\n"  # fine: inside the core
+        "import grpc\n"  # 2
+        "def f() -> None:\n"
+        "    from services.coordinator.runtime.machine import Machine\n"  # 4: function-level counts
+        "from services.storage import Storage\n"  # 5
+        "import time\n"  # 6: no clock in the core
+    ),
+    "services/coordinator/runtime/__init__.py": "",
+    "services/coordinator/runtime/server.py": (
+        "from services.coordinator.core.state import X\nfrom services.coordinator.cli import groups\n"
+    ),
+    "services/coordinator/cli/__init__.py": "",
+    "services/coordinator/cli/groups.py": "from services.coordinator.runtime import server\nimport grpc\n",
+    "services/storage/__init__.py": "from services.coordinator.core.records import Record\n",
+}
+
+
+def test_the_coordinators_layers_are_enforced_in_one_direction(tmp_path: Path) -> None:
+    for rel, text in LAYERED.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = [(v.path, v.line, v.target, v.layer) for v in check_imports.check_layers(tmp_path)]
+    assert found == [
+        ("services/coordinator/core/state.py", 2, "grpc", "services.coordinator.core"),
+        (
+            "services/coordinator/core/state.py",
+            4,
+            "services.coordinator.runtime.machine.Machine",
+            "services.coordinator.core",
+        ),
+        ("services/coordinator/core/state.py", 5, "services.storage.Storage", "services.coordinator.core"),
+        ("services/coordinator/core/state.py", 6, "time", "services.coordinator.core"),
+        (
+            "services/coordinator/runtime/server.py",
+            2,
+            "services.coordinator.cli.groups",
+            "services.coordinator.runtime",
+        ),
+    ]
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "check_imports.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert out.stdout.splitlines()[-1].startswith("5 import(s) against the coordinator's layers")
+
+
+def test_the_repository_keeps_its_layers() -> None:
+    assert check_imports.check_layers(REPO) == []

@@ -39,9 +39,9 @@ from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services import assignor
 from services.common.items import EMPTY, Items
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.records import RebalanceEvent, Record
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core.records import RebalanceEvent, Record
 from services.storage import Storage
 
 START_MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z

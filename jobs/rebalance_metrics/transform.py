@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from services.coordinator.records import EventType
+from services.coordinator.core.records import EventType
 
 KNOWN_EVENTS = sorted(v for k, v in vars(EventType).items() if k.isupper())
 

@@ -1,6 +1,6 @@
 """Durable coordinator state in SQL (SQLite embedded default, PostgreSQL in production).
 
-The coordinator's state changes only through records (``services.coordinator.records``);
+The coordinator's state changes only through records (``services.coordinator.core.records``);
 ``Storage`` writes batches of them atomically and loads them back for replay.
 """
 

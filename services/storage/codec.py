@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Table
 
 from services.common.items import Items
-from services.coordinator.records import (
+from services.coordinator.core.records import (
     AssignorSpec,
     ConnectorRecord,
     CurrentAssignment,

@@ -1,4 +1,4 @@
-"""Partition leases in the database (SPEC §10): the SQL side of `services.coordinator.partitions`.
+"""Partition leases in the database (SPEC §10): the SQL side of `services.coordinator.runtime.partitions`.
 
 Every time here is the database's clock (Unix ms), read once at the start of each transaction, so
 replicas whose clocks disagree still agree on who holds what. A lease cycle is ONE transaction:
@@ -25,7 +25,7 @@ from typing import IO, Any
 from sqlalchemy import Connection, delete, insert, select, text, tuple_, update
 from sqlalchemy.engine import make_url
 
-from services.coordinator.partitions import LeaseRow, Outcome, Plan, ReplicaRow, Scan
+from services.coordinator.runtime.partitions import LeaseRow, Outcome, Plan, ReplicaRow, Scan
 from services.storage import models
 
 # Replica rows expired for longer than this are deleted by the next cycle of any replica.

@@ -1,4 +1,4 @@
-"""SQLAlchemy tables: one per record type of ``services.coordinator.records``.
+"""SQLAlchemy tables: one per record type of ``services.coordinator.core.records``.
 
 The tables hold exactly what the records carry (keys as primary keys, values as columns), so a
 write is "upsert the row" and a load is "turn every row back into its record". There are no

@@ -40,8 +40,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
-from services.coordinator.partitions import Outcome, Plan, Scan
-from services.coordinator.records import GroupMetadata, RebalanceEvent, Record, record_key
+from services.coordinator.core.records import GroupMetadata, RebalanceEvent, Record, record_key
+from services.coordinator.runtime.partitions import Outcome, Plan, Scan
 from services.storage import leases, models
 from services.storage.codec import CODECS, Params, TableCodec, event_from_row, event_params
 

@@ -16,9 +16,9 @@ from services.assignor import assign
 from services.assignor.server import start_server
 from services.common import compact
 from services.common.items import Items, TaskId
-from services.coordinator.config import ServerConfig
-from services.coordinator.errors import ApiError
-from services.coordinator.validation import check_items
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.errors import ApiError
+from services.coordinator.core.validation import check_items
 from tests.assignor.kit import Group, connectors, items_of
 
 names = st.sampled_from(["a", "b", "connector-7", "ü"])
@@ -172,7 +172,7 @@ def test_old_and_new_callers_over_grpc_get_the_same_assignment() -> None:
 
 
 def test_coordinator_checks_compact_results_of_the_assignor() -> None:
-    from services.coordinator.assignment import InvalidAssignment, target_items, validate_result
+    from services.coordinator.core.assignment import InvalidAssignment, target_items, validate_result
 
     good = common_pb2.MemberTarget(member_id="w1")
     Items.of(["a"], [("a", 0), ("a", 1), ("a", 2)]).to_proto(good.connectors_and_tasks, compact_tasks=True)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from connect.coordinator.v1 import assignor_pb2
 from services.assignor import INCREMENTAL_COOPERATIVE, MAX_DELAY_CONFIG, assign
 from services.common.items import EMPTY, Items, TaskId, all_items
-from services.coordinator.assignment import send_items_once
+from services.coordinator.core.assignment import send_items_once
 from tests.assignor.kit import DELAY, Group, assert_balanced, check_installable, items_of
 
 NAMES = ["a", "b", "c", "d", "e", "f"]

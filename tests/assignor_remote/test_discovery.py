@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.assignor.server import RunningServer, start_server
-from services.coordinator import cli as coordinator_cli
-from services.coordinator.discovery import AssignorDirectory
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.runtime import AssignorClient
+from services.coordinator.cli import coordinator as coordinator_cli
+from services.coordinator.runtime.asyncio_runtime import AssignorClient
+from services.coordinator.runtime.discovery import AssignorDirectory
+from services.coordinator.runtime.metrics import CoordinatorMetrics
 from tests.fixtures.net import free_port
 
 BUILT_IN = {"incremental-cooperative": (1, 2), "eager": (0, 0)}

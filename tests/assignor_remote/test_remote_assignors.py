@@ -164,7 +164,7 @@ def test_workers_choose_the_built_in_or_the_node_assignor_by_name(
 
         # connect-groups shows who computed the target.
         out = subprocess.run(
-            [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", coordinator.address, *DESCRIBE],
+            [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", coordinator.address, *DESCRIBE],
             capture_output=True,
             text=True,
             timeout=30,

@@ -14,10 +14,10 @@ from typing import Any
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator, Nudge, Result, ServiceAssignment
-from services.coordinator.records import RebalanceEvent, Record, record_key
-from services.coordinator.state import CoordinatorState, Group, Member, durable_view
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator, Nudge, Result, ServiceAssignment
+from services.coordinator.core.records import RebalanceEvent, Record, record_key
+from services.coordinator.core.state import CoordinatorState, Group, Member, durable_view
 
 IC = ("incremental-cooperative", 1, 2)
 EAGER = ("eager", 0, 0)

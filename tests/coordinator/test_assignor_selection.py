@@ -8,8 +8,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.coordinator.assignment import AssignorSelectionError, select_assignor_counted
-from services.coordinator.state import AssignorKey
+from services.coordinator.core.assignment import AssignorSelectionError, select_assignor_counted
+from services.coordinator.core.state import AssignorKey
 
 NAMES = ("eager", "incremental-cooperative", "sticky", "custom")
 

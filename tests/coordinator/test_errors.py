@@ -11,7 +11,7 @@ import pytest
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.coordinator.records import EventType, RebalanceEvent
+from services.coordinator.core.records import EventType, RebalanceEvent
 from tests.coordinator.harness import IC, Context, assignors_proto, items
 
 HeartbeatRequest = coordinator_pb2.ConnectGroupHeartbeatRequest

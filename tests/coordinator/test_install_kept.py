@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from connect.coordinator.v1 import common_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, TaskId
-from services.coordinator.assignment import InvalidAssignment, target_items, validate_result
-from services.coordinator.records import TargetMemberValue
-from services.coordinator.state import HandedOut
+from services.coordinator.core.assignment import InvalidAssignment, target_items, validate_result
+from services.coordinator.core.records import TargetMemberValue
+from services.coordinator.core.state import HandedOut
 from tests.coordinator.harness import items
 
 CONNECTORS = {"a": 3, "b": 2, "c": 1}

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.items import TaskId, all_items
-from services.coordinator.item_index import DENSE_LIMIT, ItemIndex
+from services.coordinator.core.item_index import DENSE_LIMIT, ItemIndex
 
 _task_numbers = st.one_of(st.integers(0, 12), st.sampled_from([DENSE_LIMIT - 1, DENSE_LIMIT, 2**31 - 1, -1]))
 _keys = st.one_of(

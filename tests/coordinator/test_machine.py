@@ -12,8 +12,8 @@ import pytest
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import GroupCoordinator, ServiceAssignment
-from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
+from services.coordinator.core.coordinator import GroupCoordinator, ServiceAssignment
+from services.coordinator.runtime.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
 from tests.coordinator.harness import TEST_CONFIG, heartbeat_request
 
 

@@ -1,4 +1,4 @@
-"""Partitions and leases without I/O (services/coordinator/partitions.py): hashing, spreading, and
+"""Partitions and leases without I/O (services/coordinator/runtime/partitions.py): hashing, spreading, and
 one replica's view through acquire / load / renew / expire / hand-over / drain."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.coordinator.partitions import (
+from services.coordinator.runtime.partitions import (
     LeaseRow,
     Outcome,
     PartitionTable,

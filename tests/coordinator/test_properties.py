@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items, TaskId, all_items
-from services.coordinator.state import Group
+from services.coordinator.core.state import Group
 from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto
 
 settings.register_profile(

@@ -8,9 +8,15 @@ from typing import Any
 
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import Nudge, Result
-from services.coordinator.handler import NUDGE_COMPUTE, NUDGE_EPOCH, NUDGE_RELEASED, NUDGE_TARGET, ServiceAssignment
-from services.coordinator.records import (
+from services.coordinator.core.coordinator import Nudge, Result
+from services.coordinator.core.handler import (
+    NUDGE_COMPUTE,
+    NUDGE_EPOCH,
+    NUDGE_RELEASED,
+    NUDGE_TARGET,
+    ServiceAssignment,
+)
+from services.coordinator.core.records import (
     AssignorSpec,
     CurrentAssignment,
     CurrentAssignmentValue,
@@ -28,8 +34,8 @@ from services.coordinator.records import (
     TargetMetadata,
     TargetMetadataValue,
 )
-from services.coordinator.state import NO_ASSIGNMENT, STABLE
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.state import NO_ASSIGNMENT, STABLE
+from services.coordinator.core.timers import TimerKey, TimerKind
 from tests.coordinator.harness import Context, heartbeat_request, items
 
 G = "g"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.records import EventType
+from services.coordinator.core.records import EventType
 from tests.coordinator.harness import Context
 from tests.coordinator.test_timeouts_and_membership import ALL, SESSION, STATIC, W1_ITEMS, W2_ITEMS, stable_group
 

@@ -10,7 +10,7 @@ import random
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.coordinator.metrics import LATENCY_BUCKETS, PREFIX, CoordinatorMetrics, RpcMetrics
+from services.coordinator.runtime.metrics import LATENCY_BUCKETS, PREFIX, CoordinatorMetrics, RpcMetrics
 
 
 def _scraped(text: bytes) -> list[tuple[str, str, str, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:

@@ -1,4 +1,4 @@
-"""The runtime's answer to a request the machine answers at once (services/coordinator/runtime.py,
+"""The runtime's answer to a request the machine answers at once (services/coordinator/runtime/asyncio_runtime.py,
 `handle`): an idle heartbeat only re-arms a timer, but an answer with effects and no records
 (released at once, nothing to store) still has its effects carried out before the caller hears it.
 And the steady heartbeat's lane (`answer_at_once`, outside `handle`): it declines while a change is
@@ -16,10 +16,10 @@ import pytest
 
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.handler import Nudge, Result
-from services.coordinator.runtime import CoordinatorRuntime
-from services.coordinator.server import CoordinatorServicer
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.core.handler import Nudge, Result
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime
+from services.coordinator.runtime.server import CoordinatorServicer
 from services.storage import Storage
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from connect.coordinator.v1 import common_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.coordinator.records import EventType
+from services.coordinator.core.records import EventType
 from tests.coordinator.harness import Context, items
 
 

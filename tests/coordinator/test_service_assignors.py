@@ -7,7 +7,7 @@ from __future__ import annotations
 from connect.coordinator.v1 import admin_pb2, assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.coordinator.records import EventType, RebalanceEvent
+from services.coordinator.core.records import EventType, RebalanceEvent
 from tests.coordinator.harness import Context, assignors_proto, items
 
 

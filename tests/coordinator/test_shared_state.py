@@ -4,9 +4,9 @@ number of heartbeats, only with the number of timers."""
 
 from __future__ import annotations
 
-from services.coordinator import records
-from services.coordinator.records import AssignorSpec, shared_assignors
-from services.coordinator.timers import Timer, TimerKey, TimerKind
+from services.coordinator.core import records
+from services.coordinator.core.records import AssignorSpec, shared_assignors
+from services.coordinator.core.timers import Timer, TimerKey, TimerKind
 from services.storage.codec import assignors_from_json, assignors_to_json
 from tests.coordinator.harness import Context
 

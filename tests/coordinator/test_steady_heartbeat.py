@@ -20,9 +20,9 @@ import pytest
 
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.membership import Membership
-from services.coordinator.state import Group
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.core.membership import Membership
+from services.coordinator.core.state import Group
 from simulator.engine import run_scenario
 from simulator.scenario import generate
 from tests.coordinator.test_timeouts_and_membership import stable_group

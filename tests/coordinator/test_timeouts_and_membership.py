@@ -12,7 +12,7 @@ from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
 from services.common.items import Items
-from services.coordinator.records import EventType
+from services.coordinator.core.records import EventType
 from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto, items
 
 SESSION = TEST_CONFIG.session_timeout_ms  # 45 s

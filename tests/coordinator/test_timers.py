@@ -1,4 +1,4 @@
-"""The timer heap (services/coordinator/timers.py) against a plain model: a dict of each key's
+"""The timer heap (services/coordinator/core/timers.py) against a plain model: a dict of each key's
 deadline and the order it was scheduled in. Rescheduling later pushes nothing (the key's anchor
 stands for it), so the heap's answers must still be exactly the model's; and the earliest deadline
 moves earlier only when `Timer.moved_earlier` counts, which the runtime relies on to skip looking."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.coordinator.timers import Timer, TimerKey, TimerKind
+from services.coordinator.core.timers import Timer, TimerKey, TimerKind
 
 KEYS = [TimerKey(TimerKind.SESSION, g, m) for g in ("g1", "g2") for m in ("a", "b", "c", "")]
 

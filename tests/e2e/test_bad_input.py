@@ -8,7 +8,7 @@ import pytest
 
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.runtime import MAX_MESSAGE_BYTES
+from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES
 from tests.fixtures.coordinator import Client, CoordinatorProcess
 
 HEARTBEAT = "/connect.coordinator.v1.ConnectGroupCoordinator/ConnectGroupHeartbeat"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.coordinator.cli import build_parser, load_server_config
+from services.coordinator.cli.coordinator import build_parser, load_server_config
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
 
 
@@ -52,7 +52,7 @@ def test_serve_exits_2_on_bad_configuration(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "services.coordinator.cli",
+            "services.coordinator.cli.coordinator",
             "serve",
             "--database",
             f"sqlite:///{tmp_path}/c.db",
@@ -69,7 +69,7 @@ def test_serve_exits_2_on_bad_configuration(tmp_path: Path) -> None:
 
 def groups(address: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", address, *args],
+        [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", address, *args],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -32,7 +32,7 @@ class Running:
 
     def __init__(self, address: str, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", address, *args],
+            [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", address, *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -43,7 +43,7 @@ def taken() -> Iterator[str]:
 
 def coordinator(tmp_path: Path, *args: str) -> tuple[int, list[str]]:
     base = ["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--database", f"sqlite:///{tmp_path}/c.db"]
-    return run("services.coordinator.cli", *base, *args)
+    return run("services.coordinator.cli.coordinator", *base, *args)
 
 
 def test_coordinator_ports_in_use(tmp_path: Path, taken: str) -> None:
@@ -107,7 +107,7 @@ def test_coordinator_malformed_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, sets: list[str], words: list[str]
 ) -> None:
     # In-process (the same main() as the console script; these fail before anything starts).
-    from services.coordinator.cli import main
+    from services.coordinator.cli.coordinator import main
 
     bad = tmp_path / "bad.properties"
     bad.write_text(content)
@@ -122,11 +122,11 @@ def test_coordinator_malformed_configuration(
 
 def test_connect_groups_mistakes() -> None:
     unreachable = f"127.0.0.1:{free_port()}"
-    rc, lines = run("services.coordinator.admin_cli", "--coordinator", unreachable, "--timeout", "2", "list")
+    rc, lines = run("services.coordinator.cli.groups", "--coordinator", unreachable, "--timeout", "2", "list")
     assert rc == 3
     one_line(lines, "error: cannot reach the coordinator", unreachable)
     rc, lines = run(
-        "services.coordinator.admin_cli", "--coordinator", unreachable, "configs", "alter", "g", "--set", "novalue"
+        "services.coordinator.cli.groups", "--coordinator", unreachable, "configs", "alter", "g", "--set", "novalue"
     )
     assert rc == 2
     one_line(lines, "error: --set expects KEY=VALUE", "novalue")
@@ -135,7 +135,7 @@ def test_connect_groups_mistakes() -> None:
 def test_a_second_coordinator_on_one_sqlite_file_and_a_bad_replica_setting_are_refused(tmp_path: Path) -> None:
     """SQLite runs one replica (SPEC §10): a second process on the same file is one line, exit 1;
     a malformed --advertised-address or a changed partition count are one line too."""
-    serve = [sys.executable, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0"]
+    serve = [sys.executable, "-m", "services.coordinator.cli.coordinator", "serve", "--listen", "127.0.0.1:0"]
     first = subprocess.Popen(
         [
             *serve,

@@ -26,7 +26,7 @@ import pytest
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.partitions import partition_for
+from services.coordinator.runtime.partitions import partition_for
 from tests.e2e.test_service_mode import AssignorProcess
 from tests.fixtures.coordinator import CoordinatorProcess
 from tests.fixtures.net import free_port

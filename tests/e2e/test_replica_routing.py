@@ -18,12 +18,12 @@ import pytest
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.machine import NotAvailable
-from services.coordinator.partitions import PartState, partition_for
-from services.coordinator.runtime import CoordinatorRuntime
-from services.coordinator.server import start_server
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime
+from services.coordinator.runtime.machine import NotAvailable
+from services.coordinator.runtime.partitions import PartState, partition_for
+from services.coordinator.runtime.server import start_server
 from services.storage import Storage
 from tests.fixtures.coordinator import FAST_SETTINGS, REPO, Client, CoordinatorProcess
 from tests.fixtures.net import free_port
@@ -234,7 +234,7 @@ def test_a_replica_whose_memory_says_it_owns_a_taken_partition_can_never_commit(
 
 def groups_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", bootstrap, *args],
+        [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", bootstrap, *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,7 +18,7 @@ from typing import Any
 from connect.coordinator.v1 import admin_pb2
 from services import assignor
 from services.common.items import Items
-from services.coordinator.records import RebalanceEvent
+from services.coordinator.core.records import RebalanceEvent
 from services.storage import Storage
 from simulator.engine import Simulation, quiet_logs
 from simulator.scenario import generate

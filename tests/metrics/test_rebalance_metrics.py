@@ -19,7 +19,7 @@ from jobs.rebalance_metrics import cli, job
 from jobs.rebalance_metrics.report import write_report
 from jobs.rebalance_metrics.source import SourceError, driver_jars
 from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
-from services.coordinator.records import RebalanceEvent
+from services.coordinator.core.records import RebalanceEvent
 from services.storage import Storage
 from tests.fixtures.spark import QUICK_JIT
 from tests.metrics.logs import bad_rows, read_rows, seed_case_studies, simulator_scenarios, write_events

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.coordinator.authorizer import (
+from services.coordinator.security.authorizer import (
     ALL,
     ALTER,
     DELETE,
@@ -120,9 +120,9 @@ def test_an_rpc_not_routed_through_authorization_is_denied_when_acls_are_on(tmp_
 
     from connect.coordinator.v1 import admin_pb2
     from connect.coordinator.v1.common_pb2 import ErrorCode
-    from services.coordinator.core import GroupCoordinator
-    from services.coordinator.runtime import CoordinatorRuntime
-    from services.coordinator.server import AdminServicer
+    from services.coordinator.core.coordinator import GroupCoordinator
+    from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime
+    from services.coordinator.runtime.server import AdminServicer
     from services.storage import Storage
 
     path = tmp_path / "acls.yaml"

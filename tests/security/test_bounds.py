@@ -16,10 +16,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.runtime import CoordinatorRuntime
-from services.coordinator.server import start_server
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime
+from services.coordinator.runtime.server import start_server
 from services.storage import Storage
 from tests.fixtures.coordinator import FAST_SETTINGS, Client, CoordinatorProcess, assignors
 

@@ -25,7 +25,7 @@ acls:
 
 
 def _groups(pki: Pki, coordinator: str, who: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "services.coordinator.admin_cli", "--coordinator", coordinator]
+    cmd = [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", coordinator]
     return subprocess.run([*cmd, *pki.client_args(who), *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -102,7 +102,7 @@ def test_worker_and_connect_groups_over_mtls_against_coordinator_and_assignor_ov
             [
                 sys.executable,
                 "-m",
-                "services.coordinator.admin_cli",
+                "services.coordinator.cli.groups",
                 "--coordinator",
                 coordinator.address,
                 "--tls-ca",

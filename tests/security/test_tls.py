@@ -149,7 +149,16 @@ def test_bad_tls_files_end_every_command_with_one_line(pki: Pki, tmp_path: Path)
     alice, bob = pki.clients["alice"], pki.clients["bob"]
     py = sys.executable
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    serve = [py, "-m", "services.coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""]
+    serve = [
+        py,
+        "-m",
+        "services.coordinator.cli.coordinator",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "",
+    ]
     cases = [
         ([*serve, "--database", db, "--tls-cert", missing, "--tls-key", str(alice.key)], "--tls-cert"),
         ([*serve, "--database", db, "--tls-cert", str(alice.cert), "--tls-key", str(bob.key)], "matching"),
@@ -178,7 +187,7 @@ def test_bad_tls_files_end_every_command_with_one_line(pki: Pki, tmp_path: Path)
             "matching",
         ),
         (
-            [py, "-m", "services.coordinator.admin_cli", "--coordinator", "127.0.0.1:1", "--tls-ca", missing, "list"],
+            [py, "-m", "services.coordinator.cli.groups", "--coordinator", "127.0.0.1:1", "--tls-ca", missing, "list"],
             "--tls-ca",
         ),
         (

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from services.coordinator import validation
-from services.coordinator.core import GroupCoordinator, Result
-from services.coordinator.records import GroupMetadata
+from services.coordinator.core import validation
+from services.coordinator.core.coordinator import GroupCoordinator, Result
+from services.coordinator.core.records import GroupMetadata
 from simulator import adversarial
 from simulator.engine import run_scenario
 from simulator.scenario import BAD_REQUEST, Event, Scenario, generate

@@ -10,7 +10,7 @@ import pytest
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
-from services.coordinator.records import MemberState as CoordMemberState
+from services.coordinator.core.records import MemberState as CoordMemberState
 from simulator.engine import run_scenario
 from simulator.scenario import DEFAULT_STEPS, generate
 from tests.coordinator.harness import Context
@@ -168,7 +168,7 @@ def test_a_lost_response_heartbeat_does_not_acknowledge_a_revocation() -> None:
         (102579, 600),
         (302613, 600),
         # A replica paused past its lease while it loaded a partition, then renewed it: the partition
-        # stayed LOADING for ever (services.coordinator.partitions: PartitionTable.loaded).
+        # stayed LOADING for ever (services.coordinator.runtime.partitions: PartitionTable.loaded).
         (4865, DEFAULT_STEPS),
         # The simulator's own oracle: a dead incarnation's late join judged at the very ms of the
         # last fault-window delivery (c-stability); a request parked in a paused coordinator that

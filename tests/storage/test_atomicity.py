@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.coordinator.records import GroupMetadata, RebalanceEvent, Record
+from services.coordinator.core.records import GroupMetadata, RebalanceEvent, Record
 from services.storage import Storage, StorageError
 from tests.storage.records import assignment, event, every_state_record, group, member
 

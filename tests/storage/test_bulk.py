@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.common.items import Items
-from services.coordinator.records import (
+from services.coordinator.core.records import (
     CurrentAssignment,
     CurrentAssignmentValue,
     MemberState,

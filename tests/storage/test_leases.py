@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy
 from sqlalchemy import text
 
-from services.coordinator.partitions import PartitionTable, Plan, RouteKind, Scan
-from services.coordinator.records import ConnectorRecord, GroupMetadata, GroupMetadataValue, Record
+from services.coordinator.core.records import ConnectorRecord, GroupMetadata, GroupMetadataValue, Record
+from services.coordinator.runtime.partitions import PartitionTable, Plan, RouteKind, Scan
 from services.storage import Storage
 from services.storage.leases import ClusterMismatch, FencedError, lock_sqlite_file
 

@@ -109,7 +109,7 @@ def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str)
     request_sequence -1 (nothing known), which is how that release behaved."""
     from dataclasses import replace
 
-    from services.coordinator.records import CurrentAssignment, TargetMetadata
+    from services.coordinator.core.records import CurrentAssignment, TargetMetadata
     from tests.storage.records import every_state_record
 
     records = every_state_record()

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.common.items import Items
-from services.coordinator.records import (
+from services.coordinator.core.records import (
     AssignorSpec,
     ConnectorRecord,
     CurrentAssignment,

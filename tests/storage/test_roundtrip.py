@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.common.items import Items
-from services.coordinator.records import (
+from services.coordinator.core.records import (
     STATE_RECORD_TYPES,
     ConnectorRecord,
     CurrentAssignment,
@@ -197,7 +197,7 @@ def test_tombstone_helper_keeps_keys() -> None:
 def test_a_load_holds_a_settled_members_items_once(storage: Storage) -> None:
     """Memory (issue 13): after a restart from SQL, a settled member's assignment and target are one
     set again, and connector names one object per connector (the JSON decoder makes one per row)."""
-    from services.coordinator.core import GroupCoordinator
+    from services.coordinator.core.coordinator import GroupCoordinator
     from tests.coordinator.harness import Context
     from tests.coordinator.test_records import settle_two_members_over_the_wire, settled_members_hold_their_items_once
 

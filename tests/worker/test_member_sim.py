@@ -20,8 +20,8 @@ import services.assignor
 from connect.coordinator.v1 import admin_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items, all_items
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator
 from worker_sdk import AssignmentOutcome, AssignmentTask, Member, MemberConfig, MemberState, OutgoingHeartbeat
 from worker_sdk._assign import assign_request, install_request, run_assignor
 

@@ -16,16 +16,16 @@ from typing import Any
 
 from connect.coordinator.v1 import assignor_pb2
 from services.common.items import Items
-from services.coordinator.config import (
+from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     HEARTBEAT_INTERVAL,
     SESSION_TIMEOUT,
     ServerConfig,
     effective_group_configs,
 )
-from services.coordinator.records import EventType, MemberState, RebalanceEvent, Record
-from services.coordinator.state import CoordinatorState, Group, Member
-from services.coordinator.timers import Timer
+from services.coordinator.core.records import EventType, MemberState, RebalanceEvent, Record
+from services.coordinator.core.state import CoordinatorState, Group, Member
+from services.coordinator.core.timers import Timer
 
 GROUP_TYPE = "connect"
 

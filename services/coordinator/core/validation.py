@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from services.common import compact
-from services.coordinator.config import ServerConfig
-from services.coordinator.errors import clip, invalid
-from services.coordinator.state import HandedOut
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.errors import clip, invalid
+from services.coordinator.core.state import HandedOut
 
 MAX_ID_LENGTH = ServerConfig.max_id_length
 MAX_URL_LENGTH = 4096

@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from services.coordinator.admin import Admin
-from services.coordinator.assignment_process import AssignmentProcess
-from services.coordinator.handler import GROUP_TYPE, Effect, Nudge, Result, ServiceAssignment, Sink
-from services.coordinator.membership import Membership
-from services.coordinator.records import EventType, MemberState, Record
-from services.coordinator.state import STABLE, CoordinatorState, Group
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.admin import Admin
+from services.coordinator.core.assignment_process import AssignmentProcess
+from services.coordinator.core.handler import GROUP_TYPE, Effect, Nudge, Result, ServiceAssignment, Sink
+from services.coordinator.core.membership import Membership
+from services.coordinator.core.records import EventType, MemberState, Record
+from services.coordinator.core.state import STABLE, CoordinatorState, Group
+from services.coordinator.core.timers import TimerKey, TimerKind
 
 __all__ = ["GROUP_TYPE", "Effect", "GroupCoordinator", "Nudge", "Result", "ServiceAssignment"]
 

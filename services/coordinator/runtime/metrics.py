@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from services.coordinator.state import GROUP_STATES, CoordinatorState
+from services.coordinator.core.state import GROUP_STATES, CoordinatorState
 
 PREFIX = "connect_coordinator"
 

@@ -29,13 +29,13 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, c
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
 from services.common.tls import ServerTls, peer_principal
-from services.coordinator import validation
-from services.coordinator.authorizer import METHOD_OPERATIONS, Authorizer
-from services.coordinator.errors import ApiError, clip
-from services.coordinator.events import list_group_events
-from services.coordinator.machine import HandlerFailed
-from services.coordinator.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
-from services.coordinator.runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
+from services.coordinator.core import validation
+from services.coordinator.core.errors import ApiError, clip
+from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
+from services.coordinator.runtime.events import list_group_events
+from services.coordinator.runtime.machine import HandlerFailed
+from services.coordinator.runtime.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
+from services.coordinator.security.authorizer import METHOD_OPERATIONS, Authorizer
 
 log = logging.getLogger("connect.coordinator")
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from services.common.items import EMPTY, Items
-from services.coordinator.item_index import ItemIndex, ItemKey
-from services.coordinator.records import (
+from services.coordinator.core.item_index import ItemIndex, ItemKey
+from services.coordinator.core.records import (
     AssignorSpec,
     ConnectorRecord,
     CurrentAssignment,
@@ -34,7 +34,7 @@ from services.coordinator.records import (
     TargetMetadata,
     TargetMetadataValue,
 )
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.timers import TimerKey, TimerKind
 
 AssignorKey = tuple[tuple[str, int, int], ...]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator import validation
-from services.coordinator.assignment import (
+from services.coordinator.core import validation
+from services.coordinator.core.assignment import (
     SERVICE_EXECUTOR,
     AssignorSelectionError,
     InvalidAssignment,
@@ -22,26 +22,26 @@ from services.coordinator.assignment import (
     target_items,
     validate_result,
 )
-from services.coordinator.config import (
+from services.coordinator.core.config import (
     MODE_SERVICE,
 )
-from services.coordinator.errors import ApiError, invalid
-from services.coordinator.explain import SERVICE_LABEL
-from services.coordinator.handler import NUDGE_COMPUTE, CoreBase, Result, ServiceAssignment, Sink
-from services.coordinator.records import (
+from services.coordinator.core.errors import ApiError, invalid
+from services.coordinator.core.explain import SERVICE_LABEL
+from services.coordinator.core.handler import NUDGE_COMPUTE, CoreBase, Result, ServiceAssignment, Sink
+from services.coordinator.core.records import (
     EventType,
     GroupMetadata,
     TargetMember,
     TargetMemberValue,
     TargetMetadata,
 )
-from services.coordinator.state import (
+from services.coordinator.core.state import (
     Group,
     HandedOut,
     InFlightAssignment,
     assignors_key,
 )
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.timers import TimerKey, TimerKind
 
 
 class AssignmentProcess(CoreBase):

@@ -13,9 +13,9 @@ from typing import TypeVar
 from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from services.common import compact
 from services.common.items import Items, TaskId
-from services.coordinator.item_index import ItemKey
-from services.coordinator.records import AssignorSpec
-from services.coordinator.state import AssignorKey, Group, HandedOut, Member
+from services.coordinator.core.item_index import ItemKey
+from services.coordinator.core.records import AssignorSpec
+from services.coordinator.core.state import AssignorKey, Group, HandedOut, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from services.common.items import EMPTY, Items
-from services.coordinator.records import CurrentAssignmentValue, MemberState, TargetMemberValue
-from services.coordinator.state import ItemKey
+from services.coordinator.core.records import CurrentAssignmentValue, MemberState, TargetMemberValue
+from services.coordinator.core.state import ItemKey
 
 
 def _free_part(items: Items, is_free: Callable[[ItemKey], bool]) -> Items:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import Effect, GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.handler import Nudge
-from services.coordinator.records import Record
+from services.coordinator.core.coordinator import Effect, GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core.handler import Nudge
+from services.coordinator.core.records import Record
 
 
 class NotAvailable(Exception):

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from connect.coordinator.v1 import admin_pb2
 from services.assignor import INCREMENTAL_COOPERATIVE, AssignorState
 from services.common.items import EMPTY, Items, TaskId
-from services.coordinator.state import Group, ItemKey, Member
-from services.coordinator.timers import Timer, TimerKey, TimerKind
+from services.coordinator.core.state import Group, ItemKey, Member
+from services.coordinator.core.timers import Timer, TimerKey, TimerKind
 
 SERVICE_LABEL = "service"  # how the assignor service is named as an executor
 HELD_FENCED = "fenced"

@@ -33,8 +33,8 @@ from google.protobuf.json_format import MessageToDict
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.tls import ClientTls, TlsError, add_client_tls_flags
-from services.coordinator import admin_views
-from services.coordinator.admin_client import RoutedAdmin, parse_addresses
+from services.coordinator.cli import views as admin_views
+from services.coordinator.cli.client import RoutedAdmin, parse_addresses
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

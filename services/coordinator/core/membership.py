@@ -9,20 +9,20 @@ from typing import Any
 from connect.coordinator.v1 import common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
-from services.coordinator import validation
-from services.coordinator.assignment import (
+from services.coordinator.core import validation
+from services.coordinator.core.assignment import (
     AssignorSelectionError,
     select_assignor_counted,
     version_ranges,
 )
-from services.coordinator.config import (
+from services.coordinator.core.config import (
     MAX_SIZE,
     MODE_SERVICE,
 )
-from services.coordinator.errors import ApiError, invalid
-from services.coordinator.handler import GROUP_TYPE, CoreBase, Result, Sink
-from services.coordinator.reconciliation import next_assignment
-from services.coordinator.records import (
+from services.coordinator.core.errors import ApiError, invalid
+from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.core.reconciliation import next_assignment
+from services.coordinator.core.records import (
     AssignorSpec,
     CurrentAssignment,
     EventType,
@@ -35,14 +35,14 @@ from services.coordinator.records import (
     TargetMember,
     shared_assignors,
 )
-from services.coordinator.state import (
+from services.coordinator.core.state import (
     NO_ASSIGNMENT,
     STATIC_LEAVE_EPOCH,
     Group,
     Member,
     assignors_key,
 )
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.timers import TimerKey, TimerKind
 
 
 def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec, ...]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from connect.coordinator.v1 import assignor_pb2
-from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.runtime.metrics import CoordinatorMetrics
 
 log = logging.getLogger("connect.coordinator")
 

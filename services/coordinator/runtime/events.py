@@ -12,9 +12,9 @@ import json
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator import validation
-from services.coordinator.errors import ApiError, invalid
-from services.coordinator.runtime import CoordinatorRuntime, NotAvailable
+from services.coordinator.core import validation
+from services.coordinator.core.errors import ApiError, invalid
+from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime, NotAvailable
 
 DEFAULT_MAX_EVENTS = 100
 MAX_EVENTS = 1000

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.runtime.metrics import CoordinatorMetrics
 
 StreamKey = tuple[str, str]  # (group id, member id)
 

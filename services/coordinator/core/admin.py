@@ -6,30 +6,30 @@ from __future__ import annotations
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, all_items
-from services.coordinator import explain, validation
-from services.coordinator.assignment import (
+from services.coordinator.core import explain, validation
+from services.coordinator.core.assignment import (
     AssignorSelectionError,
 )
-from services.coordinator.config import (
+from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     SCHEDULED_REBALANCE_MAX_DELAY,
     GroupConfigError,
     validate_group_configs,
 )
-from services.coordinator.errors import ApiError, clip, invalid
-from services.coordinator.handler import GROUP_TYPE, CoreBase, Result, Sink
-from services.coordinator.records import (
+from services.coordinator.core.errors import ApiError, clip, invalid
+from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.core.records import (
     ConnectorRecord,
     EventType,
     GroupConfig,
     GroupMetadata,
     GroupMetadataValue,
 )
-from services.coordinator.state import (
+from services.coordinator.core.state import (
     STATIC_LEAVE_EPOCH,
     Group,
 )
-from services.coordinator.timers import TimerKey, TimerKind
+from services.coordinator.core.timers import TimerKey, TimerKind
 
 
 class Admin(CoreBase):

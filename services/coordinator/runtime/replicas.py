@@ -26,13 +26,13 @@ import uuid
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING
 
-from services.coordinator.machine import NotAvailable
-from services.coordinator.partitions import DEFAULT_PARTITIONS, Changes, Held, PartitionTable, Plan, Scan
-from services.coordinator.records import Record
+from services.coordinator.core.records import Record
+from services.coordinator.runtime.machine import NotAvailable
+from services.coordinator.runtime.partitions import DEFAULT_PARTITIONS, Changes, Held, PartitionTable, Plan, Scan
 from services.storage import leases
 
 if TYPE_CHECKING:
-    from services.coordinator.runtime import CoordinatorRuntime
+    from services.coordinator.runtime.asyncio_runtime import CoordinatorRuntime
 
 log = logging.getLogger("connect.coordinator")
 

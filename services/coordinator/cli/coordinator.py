@@ -21,12 +21,12 @@ from pathlib import Path
 
 from services.common.operator import OperatorError, ensure_can_listen, one_line
 from services.common.tls import ClientTls, ServerTls
-from services.coordinator.authorizer import AclFile, Authorizer
-from services.coordinator.config import ServerConfig
-from services.coordinator.core import GroupCoordinator
-from services.coordinator.discovery import AssignorDirectory
-from services.coordinator.runtime import AssignorClient, CoordinatorRuntime
-from services.coordinator.server import split_address, start_server
+from services.coordinator.core.config import ServerConfig
+from services.coordinator.core.coordinator import GroupCoordinator
+from services.coordinator.runtime.asyncio_runtime import AssignorClient, CoordinatorRuntime
+from services.coordinator.runtime.discovery import AssignorDirectory
+from services.coordinator.runtime.server import split_address, start_server
+from services.coordinator.security.authorizer import AclFile, Authorizer
 from services.storage import Storage, StorageError, default_sqlite_url
 from services.storage.leases import ClusterMismatch, lock_sqlite_file
 

@@ -30,17 +30,17 @@ from connect.coordinator.v1 import admin_pb2, assignor_pb2, assignor_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.memory import HeapTrimmer
 from services.common.tls import ClientTls, aio_channel
-from services.coordinator.assignment import send_items_once
-from services.coordinator.config import MODE_SERVICE
-from services.coordinator.core import GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.discovery import AssignorDirectory
-from services.coordinator.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.partitions import Route, RouteKind, Scan
-from services.coordinator.push import NudgeHub
-from services.coordinator.records import EventType, RebalanceEvent, Record
-from services.coordinator.replicas import Replica, monotonic_ms
-from services.coordinator.state import STABLE
+from services.coordinator.core.assignment import send_items_once
+from services.coordinator.core.config import MODE_SERVICE
+from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core.records import EventType, RebalanceEvent, Record
+from services.coordinator.core.state import STABLE
+from services.coordinator.runtime.discovery import AssignorDirectory
+from services.coordinator.runtime.machine import CoordinatorMachine, HandlerFailed, NotAvailable, Status, Ticket
+from services.coordinator.runtime.metrics import CoordinatorMetrics
+from services.coordinator.runtime.partitions import Route, RouteKind, Scan
+from services.coordinator.runtime.push import NudgeHub
+from services.coordinator.runtime.replicas import Replica, monotonic_ms
 from services.storage import Storage
 from services.storage.leases import FencedError
 

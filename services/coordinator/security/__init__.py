@@ -1,0 +1,1 @@
+"""Principals and ACLs (`authorizer`); TLS credentials are in `services.common.tls`."""
