@@ -46,7 +46,7 @@ STEP = step() { \
   return $$rc; \
 }
 
-.PHONY: help setup system up test lint pytest proto bench clean distclean images compose-up compose-down
+.PHONY: help setup system up test lint pytest proto diagrams bench clean distclean images compose-up compose-down
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -108,6 +108,14 @@ pytest: setup ## the test suite (PYTEST_ARGS='...' to narrow it)
 
 proto: setup ## regenerate the Python stubs from proto/ (then commit them)
 	@$(STEP); step "gen_proto" $(BIN)/python scripts/gen_proto.py
+
+diagrams: ## render docs/diagrams/*.dot to SVG (needs graphviz)
+	@command -v dot >/dev/null || { echo "make diagrams: graphviz's dot is not installed (make system installs it)" >&2; exit 1; }
+	@$(STEP); fail=0; \
+	for src in docs/diagrams/*.dot; do \
+	  step "dot -Tsvg $$src" dot -Tsvg "$$src" -o "$${src%.dot}.svg" || fail=1; \
+	done; \
+	exit $$fail
 
 bench: setup ## run every bench/*.py script (not _*.py helpers); fails if any fails
 	@$(STEP); shopt -s nullglob; fail=0; ran=0; \

@@ -40,6 +40,7 @@ need "default-jre-headless" have_cmd java                             # the metr
 need "libpostgresql-jdbc-java" have_pkg libpostgresql-jdbc-java      # Spark's JDBC driver for PostgreSQL (metrics job)
 need "libxerial-sqlite-jdbc-java" have_pkg libxerial-sqlite-jdbc-java # Spark's JDBC driver for SQLite (metrics job)
 need "chromium" have_cmd chromium                                    # renders the metrics report in a test (headless)
+need "graphviz" have_cmd dot                                         # renders docs/diagrams (make diagrams)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all present"
