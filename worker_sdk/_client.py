@@ -258,17 +258,20 @@ class ConnectWorkerClient:
         if self.member.fatal_error is not None:
             raise FatalError(*self.member.fatal_error)
 
-    async def close(self, timeout_s: float = 30.0) -> None:
-        """Stop all work (on_revoked), leave the group (member_epoch -1), and end `run`."""
-        await self._leave(False, timeout_s)
+    async def close(self, timeout_s: float = 30.0, leave_timeout_s: float | None = None) -> None:
+        """Stop all work (on_revoked), leave the group (member_epoch -1), and end `run`.
+        `leave_timeout_s` bounds the wait for the coordinator once the work is stopped (then the
+        member gives up and is gone when its session expires); see `Member.leave`."""
+        await self._leave(False, timeout_s, leave_timeout_s)
 
-    async def restart_leave(self, timeout_s: float = 30.0) -> None:
+    async def restart_leave(self, timeout_s: float = 30.0, leave_timeout_s: float | None = None) -> None:
         """A static member's planned restart: stop all work, leave with -2 (the coordinator keeps its
         assignment for a new incarnation with the same instance_id, with no rebalance)."""
-        await self._leave(True, timeout_s)
+        await self._leave(True, timeout_s, leave_timeout_s)
 
-    async def _leave(self, temporary: bool, timeout_s: float) -> None:
-        self.member.leave(self._now_ms(), temporary=temporary)
+    async def _leave(self, temporary: bool, timeout_s: float, leave_timeout_s: float | None) -> None:
+        leave_timeout_ms = None if leave_timeout_s is None else max(1, round(leave_timeout_s * 1000))
+        self.member.leave(self._now_ms(), temporary=temporary, timeout_ms=leave_timeout_ms)
         self._wakeup.set()
         if not self._started:
             return

@@ -302,6 +302,8 @@ class Member:
         self._task_retry_after_heartbeat = False
         self._leave_epoch: int | None = None
         self._leave_attempts = 0
+        self._leave_timeout_ms: int | None = None
+        self._leave_since_ms = 0  # when the work was stopped (or the leave began): the bound counts from here
         self._rebalance: _Rebalance | None = None
         self._events: list[MemberEvent] = []
 
@@ -381,15 +383,24 @@ class Member:
         self._start_rebalance(now_ms, "join")
         self._to_joining(now_ms, "join")
 
-    def leave(self, now_ms: int, temporary: bool = False) -> None:
+    def leave(self, now_ms: int, temporary: bool = False, timeout_ms: int | None = None) -> None:
         """Stop all work (as revoked), then leave: member_epoch -1, or -2 for a static member's
-        planned restart (`temporary`). Ends in UNSUBSCRIBED."""
+        planned restart (`temporary`). Ends in UNSUBSCRIBED.
+
+        `timeout_ms` bounds how long leaving waits for the coordinator once the work is stopped (a
+        heartbeat still in flight, then the leave request and its retries): past it the member gives
+        up and is gone when its session expires, as after `max_leave_attempts`. Stopping the work
+        itself is never cut short. None: only `max_leave_attempts` bounds the leave."""
         if temporary and self.config.instance_id is None:
             raise ValueError("a temporary leave (member_epoch -2) needs a static member (instance_id)")
+        if timeout_ms is not None and timeout_ms <= 0:
+            raise ValueError("timeout_ms, if given, must be > 0")
         if self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL, MemberState.LEAVING):
             return
         self._leave_epoch = STATIC_LEAVE_EPOCH if temporary else LEAVE_EPOCH
         self._leave_attempts = 0
+        self._leave_timeout_ms = timeout_ms
+        self._leave_since_ms = now_ms
         self._target = EMPTY
         self._pending = EMPTY
         self._task_wanted = self._task_retry_after_heartbeat = False
@@ -415,7 +426,11 @@ class Member:
         if self._in_flight is not None or not self._heartbeat_due(now_ms):
             return None
         if self.state == MemberState.LEAVING:
-            return self._send(now_ms, self._leave_request(), full=True, leave=True)
+            timeout_ms = self.request_timeout_ms()
+            deadline = self._leave_deadline_ms()
+            if deadline is not None:
+                timeout_ms = max(1, min(timeout_ms, deadline - now_ms))
+            return self._send(now_ms, self._leave_request(), full=True, leave=True, timeout_ms=timeout_ms)
         # At epoch 0 the request must be able to (re)join: if the coordinator no longer knows us
         # (fenced, expired), an epoch-0 heartbeat is a join and needs every join field.
         full = self._need_full or self._resync or self.state == MemberState.JOINING or self.member_epoch == JOIN_EPOCH
@@ -455,12 +470,18 @@ class Member:
         return self._next_heartbeat_ms is not None and now_ms >= self._next_heartbeat_ms
 
     def _send(
-        self, now_ms: int, request: coordinator_pb2.ConnectGroupHeartbeatRequest, full: bool, leave: bool = False
+        self,
+        now_ms: int,
+        request: coordinator_pb2.ConnectGroupHeartbeatRequest,
+        full: bool,
+        leave: bool = False,
+        timeout_ms: int | None = None,
     ) -> OutgoingHeartbeat:
         self._seq += 1
         # Lets the coordinator drop a delayed or duplicated copy of an older heartbeat.
         request.request_sequence = self._seq
-        out = OutgoingHeartbeat(self._seq, request, now_ms, self.request_timeout_ms(), full, leave)
+        timeout_ms = self.request_timeout_ms() if timeout_ms is None else timeout_ms
+        out = OutgoingHeartbeat(self._seq, request, now_ms, timeout_ms, full, leave)
         self._in_flight = out
         self._retry_at_ms = None
         return out
@@ -710,6 +731,8 @@ class Member:
             raise ValueError(f"effect {seq} is not outstanding")
         self._effect = None
         self._running = (self._running - effect.lost - effect.revoked) | effect.assigned
+        if self.state == MemberState.LEAVING:
+            self._leave_since_ms = now_ms  # a bounded leave counts from when the work is stopped
         if effect.lost:
             if not self._running:
                 self._after_lost(now_ms)
@@ -731,6 +754,17 @@ class Member:
         out = self._in_flight
         if out is not None and now_ms >= out.sent_ms + out.timeout_ms:
             self.on_heartbeat_failure(out.seq, now_ms, f"no response within {out.timeout_ms} ms")
+        leave_deadline = self._leave_deadline_ms()
+        if leave_deadline is not None and now_ms >= leave_deadline:
+            # The work is stopped; the coordinator did not answer in time: give up on it (a late
+            # answer to what is still in flight is ignored, its seq no longer being in flight).
+            log.warning(
+                "member %s: could not leave within %d ms; it is gone when its session expires",
+                self.member_id,
+                self._leave_timeout_ms,
+            )
+            self._in_flight = None
+            self._finish_leave(now_ms)
         deadline = self.safety_deadline_ms()
         if (
             deadline is not None
@@ -810,6 +844,15 @@ class Member:
         self._safety_tripped = False
         self._set_state(now_ms, MemberState.JOINING, why)
 
+    def _leave_deadline_ms(self) -> int | None:
+        """When a bounded leave gives up: its timeout after the work was stopped (None: unbounded,
+        or the work is still being stopped)."""
+        if self.state != MemberState.LEAVING or self._leave_timeout_ms is None:
+            return None
+        if self._effect is not None or self._lose_all or self._running:
+            return None
+        return self._leave_since_ms + self._leave_timeout_ms
+
     def _leave_ready(self) -> bool:
         return self._is_member and self._effect is None and not self._lose_all and not self._running
 
@@ -874,6 +917,9 @@ class Member:
         deadline = self.safety_deadline_ms()
         if deadline is not None and not self._safety_tripped and (self.owned or self._target):
             times.append(deadline)
+        leave_deadline = self._leave_deadline_ms()
+        if leave_deadline is not None:
+            times.append(leave_deadline)
         return min(times) if times else None
 
     # ---- rebalance tracking (for metrics) ----------------------------------------------------------

@@ -2,14 +2,17 @@
 
     connect-worker --coordinator HOST:PORT --group ID [--instance-id ID] [--url URL]
                    [--assignors NAME[:MIN-MAX][:METADATA_BASE64],...] [--simulate N]
-                   [--status-file PATH] [--stop-delay-ms MS] [--metrics-listen HOST:PORT]
+                   [--status-file PATH] [--stop-delay-ms MS] [--leave-timeout-ms MS]
+                   [--metrics-listen HOST:PORT]
 
 Signals: SIGTERM (what Kubernetes sends on a rolling restart) stops the work and leaves the group:
 a static member (--instance-id) leaves temporarily (member_epoch -2), so a new process with the same
 --instance-id takes the assignment back with no rebalance, as Kafka's static members do; a dynamic
 member leaves for good (-1). SIGINT always leaves for good (-1); SIGUSR1 is a static member's
 planned restart (-2), like SIGTERM. A static member is removed for good by an operator with
-`connect-groups members remove GROUP --instance-id ID`.
+`connect-groups members remove GROUP --instance-id ID`. Stopping the work always completes; the
+leave then waits at most --leave-timeout-ms (1 s) for the coordinator, so a worker whose coordinator
+is gone still exits at once (it is then removed when its session expires).
 
 With --simulate N the process runs N workers, each its own member; `{i}` in --status-file,
 --instance-id and --url is replaced by the worker's index (--status-file must contain it, and
@@ -65,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-delay-ms", type=int, default=0, help="how long starting a connector/task takes")
     p.add_argument("--rebalance-timeout-ms", type=int, default=60_000)
     p.add_argument("--request-timeout-ms", type=int, default=5_000)
+    p.add_argument(
+        "--leave-timeout-ms",
+        type=int,
+        default=1_000,
+        help="on SIGTERM/SIGINT/SIGUSR1, how long to wait for the coordinator to accept the leave once the "
+        "work is stopped; then give up (the member is gone when its session expires) and exit "
+        "(default %(default)s)",
+    )
     p.add_argument("--metrics-listen", default="", help="serve Prometheus /metrics on HOST:PORT ('' disables)")
     p.add_argument("--seed", type=int, default=None, help="seed of the retry jitter (default: random)")
     p.add_argument("--log-level", default="INFO")
@@ -87,6 +98,8 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
     n = args.simulate
     if n < 1:
         raise ValueError("--simulate must be >= 1")
+    if args.leave_timeout_ms < 1:
+        raise ValueError("--leave-timeout-ms must be >= 1")
     if n > 1 and args.status_file and "{i}" not in args.status_file:
         raise ValueError("with --simulate N > 1, --status-file must contain {i}")
     assignors = parse_assignors(args.assignors)
@@ -141,8 +154,13 @@ async def run(args: argparse.Namespace) -> int:
         if stopping:
             return
         log.info("%s: stopping the work and leaving the group", "static restart" if temporary else "shutdown")
+        bound = args.leave_timeout_ms / 1000
         for w in workers:
-            coro = w.restart_leave() if temporary and w.client.member.config.instance_id else w.close()
+            client = w.client
+            if temporary and client.member.config.instance_id:
+                coro = client.restart_leave(leave_timeout_s=bound)
+            else:
+                coro = client.close(leave_timeout_s=bound)
             stopping.append(asyncio.ensure_future(coro))
 
     loop.add_signal_handler(signal.SIGTERM, stop, True)
