@@ -92,7 +92,7 @@ up: setup ## set up, then run the system locally in the foreground (scripts/up.s
 
 test: setup lint pytest ## set up, then every check and every test
 
-lint: setup ## ruff, ruff format, mypy, no private imports across packages, generated stubs current, buf lint, buf format
+lint: setup ## ruff, ruff format, mypy, no private imports across packages, generated stubs current, buf lint, buf format, docs check (links and anchors, CLI commands, config keys)
 	@$(STEP); fail=0; \
 	step "ruff check" $(BIN)/ruff check . || fail=1; \
 	step "ruff format --check" $(BIN)/ruff format --check . || fail=1; \
@@ -101,6 +101,7 @@ lint: setup ## ruff, ruff format, mypy, no private imports across packages, gene
 	step "proto stubs current" $(BIN)/python scripts/gen_proto.py --check || fail=1; \
 	step "buf lint" $(BUF) lint || fail=1; \
 	step "buf format" $(BUF) format --diff --exit-code || fail=1; \
+	step "docs check" $(BIN)/python scripts/check_docs.py || fail=1; \
 	exit $$fail
 
 pytest: setup ## the test suite (PYTEST_ARGS='...' to narrow it)
