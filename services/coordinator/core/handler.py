@@ -148,7 +148,9 @@ class CoreBase:
         """`released` are free now: nudge the members whose target has them and who wait for them
         (UnreleasedItems, or not yet at the target's epoch: an install does not nudge a member all
         of whose new items are still owned by others -- see `_nudge_target`). O(released items),
-        whatever the group's size."""
+        whatever the group's size. The members are nudged in member-id order: `released` is a set,
+        whose order changes with the process's hash seed, and one seed of the simulator must be one
+        exact run in any process."""
         waiting: dict[str, None] = {}
         epoch = group.assignment_epoch
         for key in released.item_keys():
@@ -159,7 +161,7 @@ class CoreBase:
                     m.current.state == MemberState.UNRELEASED_ITEMS or 0 <= m.current.member_epoch < epoch
                 ):
                     waiting[mid] = None
-        sink.nudge(group.group_id, waiting, NUDGE_RELEASED)
+        sink.nudge(group.group_id, sorted(waiting), NUDGE_RELEASED)
 
     # ---- steps one part calls in another ----------------------------------------------------------
 
