@@ -4,6 +4,11 @@ two connectors, and a live view of the group. Ctrl-C stops everything cleanly.
     scripts/local_stack.py                 # coordinator + assignor + 3 workers + live view
     scripts/local_stack.py --scenario      # also play seed 001's case studies, with narration
     scripts/local_stack.py --duration 20   # stop by itself after 20 s (CI, demos)
+    scripts/local_stack.py --no-view       # headless: no live view (tests, scripts)
+
+Every run starts clean: a fresh database (./data/coordinator.db is replaced at start), so nothing a
+previous run left behind (a static worker's held work, a connector put by hand) carries over. A
+second stack on the same --data-dir, or a port in use, is refused with one line saying what to do.
 
 Timeouts are lowered for the demo (session 6 s, heartbeat 1 s, delayed rebalance 10 s) so that what
 happens when a worker dies plays out in seconds; production keeps Kafka's defaults.
@@ -14,15 +19,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +62,147 @@ DEMO_SETTINGS = {
 }
 DEMO_DELAY_MS = 10_000
 BIN = Path(sys.executable).parent
+
+
+class StartError(Exception):
+    """The stack cannot start: one line for the operator (no traceback)."""
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of a process listening on TCP `port` (from /proc), if it can be seen."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                f = row.split()
+                if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return None
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                for fd in (entry / "fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if os.readlink(fd) in inodes:
+                            return int(entry.name)
+    return None
+
+
+def _process_name(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        args = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        return " ".join(a.decode(errors="replace") for a in args[:3] if a)[:60]
+    return ""
+
+
+def _port_free(port: int) -> bool:
+    """Can the stack listen on 127.0.0.1:port (bound as the servers bind, SO_REUSEADDR)?"""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+PORT_FLAGS = (
+    ("coordinator_port", "--coordinator-port"),
+    ("assignor_port", "--assignor-port"),
+    ("metrics_port", "--metrics-port"),
+)
+
+
+def check_ports(args: argparse.Namespace) -> None:
+    """Before anything starts: each port the stack listens on is free, or one line says what to do."""
+    ports = {getattr(args, attr) for attr, _ in PORT_FLAGS}
+    for attr, flag in PORT_FLAGS:
+        port = getattr(args, attr)
+        if port == 0 or _port_free(port):
+            continue
+        pid = listener_pid(port)
+        by = f" by pid {pid} ({_process_name(pid)})" if pid is not None else ""
+        other = next(p for p in range(port + 1, 65536) if p not in ports and _port_free(p))
+        raise StartError(f"port 127.0.0.1:{port} is in use{by}; stop it, or run: make up ARGS='{flag} {other}'")
+
+
+def group_total(g: admin_pb2.DescribedGroup) -> int:
+    """How many connectors and tasks the group has (what should run)."""
+    return len(g.connectors) + sum(c.task_count for c in g.connectors)
+
+
+class Narration:
+    """The scenario's narration, kept as a scrolling log under the live view: the newest entries that
+    fit in `max_lines` lines wrapped to `width` (the terminal's by default), newest last."""
+
+    def __init__(self, max_lines: int = 6, width: int | None = None) -> None:
+        self.max_lines = max_lines
+        self.width = width
+        self.entries: deque[tuple[str, str]] = deque(maxlen=max_lines)
+
+    def add(self, text: str, at: str | None = None) -> None:
+        self.entries.append((at or time.strftime("%H:%M:%S"), text))
+
+    def lines(self) -> list[str]:
+        width = self.width or shutil.get_terminal_size((100, 24)).columns
+        out: list[str] = []
+        for at, text in reversed(self.entries):
+            wrapped = textwrap.wrap(text, width=width, initial_indent=f"{at} ", subsequent_indent=" " * (len(at) + 1))
+            if out and len(out) + len(wrapped) > self.max_lines:
+                break
+            out[:0] = wrapped[: self.max_lines]
+        return out
+
+
+def view_text(
+    g: admin_pb2.DescribedGroup,
+    statuses: dict[str, dict[str, Any]],
+    running: dict[str, Items],
+    exits: dict[str, tuple[int, Path]],
+    narration: list[str],
+    now_ms: int,
+    workers: Iterable[str] = (),
+) -> tuple[str, bool]:
+    """The live view of the group (and whether nothing runs twice), from what the coordinator
+    describes, what each worker says it runs and how the ended ones ended; the narration under it."""
+    owner: dict[Any, str] = {}
+    doubles = []
+    for name, items in running.items():
+        for key in items.item_keys():
+            if key in owner:
+                doubles.append(f"{key} on {owner[key]} and {name}")
+            owner[key] = name
+    lines = [
+        f"group {g.group_id}: {g.group_state}   group epoch {g.group_epoch}   assignment epoch {g.assignment_epoch}   "
+        f"assignor {g.assignor_name or '-'}",
+        f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}",
+        "",
+        f"{'MEMBER':<38} {'INSTANCE':<10} {'EPOCH':>5}  {'STATE':<16} {'RUNNING (worker view)':<40} PENDING",
+    ]
+    by_instance = {m.instance_id: m for m in g.members}
+    for name in sorted({*workers, *statuses, *running, *exits}):
+        m = by_instance.get(name)
+        runs = str(running.get(name, Items())) if name in running else "(not running)"
+        if m is None:
+            lines.append(f"{'-':<38} {name:<10} {'-':>5}  {'(not a member)':<16} {runs}")
+        else:
+            lines.append(
+                f"{m.member_id:<38} {name:<10} {m.member_epoch:>5}  {m.member_state:<16} {runs:<40} {Items.from_proto(m.pending)}"
+            )
+    why = worker_reasons(g, statuses, now_ms) + exit_reasons(exits)
+    if why:
+        lines += ["", "WHY", *why]
+    lines.append("")
+    lines.append(
+        "!! RUNS TWICE: " + "; ".join(doubles)
+        if doubles
+        else f"ok: {len(owner)}/{group_total(g)} connectors and tasks running, none twice"
+    )
+    if narration:
+        lines += ["", "SCENARIO", *narration]
+    return "\n".join(lines), not doubles
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -102,7 +252,11 @@ class Proc:
                     self.address = line.rsplit(" ", 1)[1].strip()
                     break
             else:
-                raise RuntimeError(f"{name} did not start; see {self.log_path}")
+                self.proc.wait(10)
+                self.log.flush()
+                last = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
+                cause = last[-1].strip() if last else f"exit status {self.proc.returncode}"
+                raise StartError(f"{name} did not start: {cause} (see {self.log_path})")
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
@@ -169,6 +323,26 @@ class Stack:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.data = Path(args.data_dir).resolve()
+        self.data.mkdir(parents=True, exist_ok=True)
+        # One stack per data folder: held for the stack's life (the kernel lets go when it dies).
+        self.lock = (self.data / "stack.lock").open("a+")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.lock.seek(0)
+            pid = self.lock.read().strip() or "?"
+            raise StartError(
+                f"another local stack (pid {pid}) runs on {self.data}; stop it, or run: make up ARGS='--data-dir DIR'"
+            ) from None
+        self.lock.seek(0)
+        self.lock.truncate()
+        self.lock.write(str(os.getpid()))
+        self.lock.flush()
+        # A fresh database every run: nothing the previous run left (a static worker that left
+        # temporarily and whose work is held, a connector put by hand) makes this one start degraded.
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            (self.data / f"coordinator.db{suffix}").unlink(missing_ok=True)
+        self.narration = Narration()
         self.run_dir = self.data / "stack"
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(parents=True)
@@ -208,6 +382,16 @@ class Stack:
         self.coordinator = self._spawn("coordinator", cmd, "listening on")
         self.channel = grpc.insecure_channel(self.coordinator.address)
         self.admin = admin_pb2_grpc.ConnectGroupAdminStub(self.channel)
+        try:
+            self._create_group()
+        except grpc.RpcError as e:
+            raise StartError(
+                f"the coordinator did not answer ({e.code().name}); see {self.coordinator.log_path}"  # type: ignore[attr-defined]
+            ) from None
+        for i in range(1, a.workers + 1):
+            self.start_worker(f"worker-{i}")
+
+    def _create_group(self) -> None:
         self.admin.AlterConfigs(
             admin_pb2.AlterConfigsRequest(
                 group_id=GROUP,
@@ -220,9 +404,7 @@ class Stack:
                 admin_pb2.PutConnectorRequest(group_id=GROUP, connector=name, task_count=tasks), timeout=10
             )
             if resp.error_code:
-                raise RuntimeError(f"PutConnector {name}: {resp.error_message}")
-        for i in range(1, a.workers + 1):
-            self.start_worker(f"worker-{i}")
+                raise StartError(f"PutConnector {name}: {resp.error_message}")
 
     def _spawn(self, name: str, cmd: list[str], marker: str | None) -> Proc:
         proc = Proc(name, cmd, self.run_dir, marker)
@@ -279,49 +461,21 @@ class Stack:
         return {name: Items.from_json(s.get("running")) for name, s in statuses.items()}
 
     def render(self) -> tuple[str, bool]:
-        g = self.describe()
         statuses = self.statuses()
-        running = self.running(statuses)
-        owner: dict[Any, str] = {}
-        doubles = []
-        for name, items in running.items():
-            for key in items.item_keys():
-                if key in owner:
-                    doubles.append(f"{key} on {owner[key]} and {name}")
-                owner[key] = name
-        total = len(CONNECTORS) + sum(CONNECTORS.values())
-        lines = [
-            f"group {GROUP}: {g.group_state}   group epoch {g.group_epoch}   assignment epoch {g.assignment_epoch}   "
-            f"assignor {g.assignor_name or '-'}",
-            f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}",
-            "",
-            f"{'MEMBER':<38} {'INSTANCE':<10} {'EPOCH':>5}  {'STATE':<16} {'RUNNING (worker view)':<40} PENDING",
-        ]
-        by_instance = {m.instance_id: m for m in g.members}
-        for name in sorted(self.workers):
-            m = by_instance.get(name)
-            runs = str(running.get(name, Items())) if name in running else "(not running)"
-            if m is None:
-                lines.append(f"{'-':<38} {name:<10} {'-':>5}  {'(not a member)':<16} {runs}")
-            else:
-                lines.append(
-                    f"{m.member_id:<38} {name:<10} {m.member_epoch:>5}  {m.member_state:<16} {runs:<40} {Items.from_proto(m.pending)}"
-                )
-        why = worker_reasons(g, statuses, int(time.time() * 1000))
-        why += exit_reasons(
-            {name: (p.proc.returncode, p.log_path) for name, p in self.workers.items() if p.proc.poll() is not None}
+        exits = {name: (p.proc.returncode, p.log_path) for name, p in self.workers.items() if p.proc.poll() is not None}
+        return view_text(
+            self.describe(),
+            statuses,
+            self.running(statuses),
+            exits,
+            self.narration.lines(),
+            int(time.time() * 1000),
+            self.workers,
         )
-        if why:
-            lines += ["", "WHY", *why]
-        lines.append("")
-        lines.append(
-            "!! RUNS TWICE: " + "; ".join(doubles)
-            if doubles
-            else f"ok: {len(owner)}/{total} connectors and tasks running, none twice"
-        )
-        return "\n".join(lines), not doubles
 
     def show(self, note: str = "") -> bool:
+        if self.args.no_view:
+            return True
         try:
             text, ok = self.render()
         except grpc.RpcError as e:
@@ -344,11 +498,15 @@ class Stack:
 
     def scenario(self) -> None:
         def converged(g: admin_pb2.DescribedGroup, running: dict[str, Items]) -> bool:
-            total = len(CONNECTORS) + sum(CONNECTORS.values())
-            return g.group_state == "Stable" and sum(len(r) for r in running.values()) == total
+            return g.group_state == "Stable" and sum(len(r) for r in running.values()) == group_total(g)
 
         def say(text: str) -> None:
-            print(f"\n>>> {text}\n", flush=True)
+            # Kept under the live view (a scrolling log); headless, one line each.
+            self.narration.add(text)
+            if self.args.no_view:
+                print(f">>> {text}", flush=True)
+            else:
+                self.show("scenario")
             time.sleep(2)
 
         say(
@@ -397,9 +555,15 @@ def main() -> int:
     ap.add_argument("--assignor-port", type=int, default=8471)
     ap.add_argument("--metrics-port", type=int, default=9470)
     ap.add_argument("--no-clear", action="store_true", help="do not clear the screen between views")
+    ap.add_argument("--no-view", action="store_true", help="headless: no live view (the scenario's narration still)")
     args = ap.parse_args()
 
-    stack = Stack(args)
+    try:
+        check_ports(args)
+        stack = Stack(args)
+    except StartError as e:
+        print(f"local stack: {e}", file=sys.stderr)
+        return 1
     stopping = False
 
     def on_signal(_sig: int, _frame: Any) -> None:
@@ -410,7 +574,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     ok = True
     try:
-        stack.start()
+        try:
+            stack.start()
+        except StartError as e:
+            print(f"local stack: {e}", file=sys.stderr)
+            return 1
         print(
             f"coordinator {stack.coordinator.address}   assignor {stack.assignor.address}   "
             f"metrics http://127.0.0.1:{args.metrics_port}/metrics   logs {stack.run_dir}",
@@ -420,7 +588,7 @@ def main() -> int:
             stack.scenario()
         started = time.monotonic()
         while not stopping and (args.duration is None or time.monotonic() - started < args.duration):
-            ok = stack.show("live view (Ctrl-C stops everything)") and ok
+            ok = stack.show("live view (Ctrl-C stops everything; a fresh database each run)") and ok
             time.sleep(1.0)
     finally:
         print("stopping: workers leave the group, then the assignor and the coordinator shut down", flush=True)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Bring the whole system up locally, in the foreground: coordinator (SQLite under ./data), assignor
 # service, three reference workers, two connectors, and a live view of the group. Ctrl-C stops
-# everything cleanly. `make up` runs this after `make setup`; `make up ARGS='...'` passes ARGS on:
+# everything cleanly. `make up` runs this after `make setup-stack`; `make up ARGS='...'` passes ARGS on:
 #   ARGS=--scenario        also play seed 001's case studies (a worker joins, dies, bounces), narrated
 #   ARGS='--workers 5'     more workers;  ARGS='--duration 30'  stop by itself
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+if [ ! -x "$ROOT/.venv/bin/connect-coordinator" ]; then
+  echo "up.sh: the local stack is not set up yet; run: make up (it runs make setup-stack first)" >&2
+  exit 1
+fi
 exec "$ROOT/.venv/bin/python" "$ROOT/scripts/local_stack.py" "$@"
