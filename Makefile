@@ -17,6 +17,8 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 # Stamps live inside the folders they describe, so deleting a folder forces its reinstall.
 PY_STAMP := $(VENV)/.installed
+# What the local stack alone needs (`make up`): the project without its [dev] extras.
+PY_STACK_STAMP := $(VENV)/.installed-stack
 BUF_STAMP := $(TOOLS)/node_modules/.installed
 # The Node.js example assignor (examples/assignors/node): its tests start it for real.
 NODE_EXAMPLE := examples/assignors/node
@@ -46,18 +48,28 @@ STEP = step() { \
   return $$rc; \
 }
 
-.PHONY: help setup system up test lint pytest proto diagrams bench clean distclean images compose-up compose-down
+.PHONY: help setup setup-stack system system-stack up test lint pytest proto diagrams bench clean distclean images compose-up compose-down
 
 help: ## list the targets
-	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  make %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  make %-13s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 setup: system $(PY_STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP) $(CHECKOV_STAMP) ## install everything the other targets need (quick when done)
 
-system: ## Debian packages the tests need (PostgreSQL server, ...); apt-get only when missing
-	@$(STEP); step "system packages" scripts/setup_system.sh
+setup-stack: system-stack $(PY_STACK_STAMP) ## install only what the local stack (make up) needs: Python 3.11, .venv, the project's packages
 
-$(BIN)/python: | system
+system: ## Debian packages the tests need (PostgreSQL, Node.js, Prometheus, podman, Chromium, ...); apt-get only when missing
+	@$(STEP); step "system packages" scripts/setup_system.sh test
+
+system-stack: ## Debian packages the local stack needs (Python 3.11 and its venv); apt-get only when missing
+	@$(STEP); step "system packages (stack)" scripts/setup_system.sh stack
+
+$(BIN)/python: | system-stack
 	@$(STEP); step "create $(VENV) with $(PYTHON)" $(PYTHON) -m venv $(VENV)
+
+# Already there when the full set-up ran ($(PY_STAMP) installs the same packages and more).
+$(PY_STACK_STAMP): pyproject.toml | $(BIN)/python
+	@if [ $(PY_STAMP) -nt pyproject.toml ]; then touch $@; else \
+	  $(STEP); step "pip install -e ." $(BIN)/python -m pip install --quiet -e . && touch $@; fi
 
 $(PY_STAMP): pyproject.toml | $(BIN)/python
 	@$(STEP); step "pip install -e '.[dev]'" $(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -87,10 +99,10 @@ compose-up: setup ## build the images, then start docker/compose.yaml (coordinat
 compose-down: ## stop the compose stack and remove its containers and network
 	@$(STEP); step "compose down" $(BIN)/python scripts/containers.py compose-down
 
-up: setup ## set up, then run the system locally in the foreground (scripts/up.sh)
+up: setup-stack ## set up the local stack only, then run the system locally in the foreground (scripts/up.sh)
 	@scripts/up.sh $(ARGS)
 
-test: setup lint pytest ## set up, then every check and every test
+test: setup lint pytest ## set up everything, then every check and every test
 
 lint: setup ## ruff, ruff format, mypy, no private imports across packages, generated stubs current, buf lint, buf format, docs check (links and anchors, CLI commands, config keys)
 	@$(STEP); fail=0; \
