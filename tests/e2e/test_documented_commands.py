@@ -144,7 +144,7 @@ def test_a_documented_command_works_on_the_make_up_stack(stack: Stack, where: st
         time.sleep(3)
         still = proc.poll() is None
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        _out, err = proc.communicate(timeout=20)
         assert still, f"{where}: `{command}` ended ({proc.returncode}): {err.strip()[-2000:]}"
         assert "Traceback" not in err, f"{where}: `{command}`:\n{err[-2000:]}"
         return
