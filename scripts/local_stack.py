@@ -252,7 +252,8 @@ class Proc:
                     self.address = line.rsplit(" ", 1)[1].strip()
                     break
             else:
-                self.proc.wait(10)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(10)
                 self.log.flush()
                 last = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
                 cause = last[-1].strip() if last else f"exit status {self.proc.returncode}"
