@@ -92,7 +92,7 @@ def listener_pid(port: int) -> int | None:
 def _process_name(pid: int) -> str:
     with contextlib.suppress(OSError):
         args = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-        return " ".join(a.decode(errors="replace") for a in args[:3] if a)[:60]
+        return " ".join(" ".join(a.decode(errors="replace") for a in args[:3] if a).split())[:60]
     return ""
 
 
