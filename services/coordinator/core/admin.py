@@ -118,6 +118,8 @@ class Admin(CoreBase):
                     raise invalid(f"set[{i}].name '{clip(entry.name)}' is listed twice")
                 set_[entry.name] = entry.value
             group = self.state.groups.get(req.group_id)
+            if group is None and req.group_must_exist:
+                raise ApiError(ErrorCode.GROUP_ID_NOT_FOUND, f"group '{req.group_id}' does not exist")
             current = dict(group.configs) if group is not None else {}
             try:
                 new = validate_group_configs(

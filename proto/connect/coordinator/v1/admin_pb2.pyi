@@ -222,14 +222,16 @@ class DescribeConfigsResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
 
 class AlterConfigsRequest(_message.Message):
-    __slots__ = ("group_id", "set", "delete")
+    __slots__ = ("group_id", "set", "delete", "group_must_exist")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     SET_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MUST_EXIST_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     set: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
     delete: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group_id: _Optional[str] = ..., set: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
+    group_must_exist: bool
+    def __init__(self, group_id: _Optional[str] = ..., set: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., delete: _Optional[_Iterable[str]] = ..., group_must_exist: _Optional[bool] = ...) -> None: ...
 
 class AlterConfigsResponse(_message.Message):
     __slots__ = ("error_code", "error_message")

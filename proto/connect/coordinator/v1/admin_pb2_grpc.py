@@ -128,7 +128,8 @@ class ConnectGroupAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AlterConfigs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates the group (Empty) if needed, unless the request says group_must_exist.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
