@@ -67,14 +67,18 @@ def test_serve_exits_2_on_bad_configuration(tmp_path: Path) -> None:
     assert out.returncode == 2 and "unknown configuration key 'group.connect.bogus'" in out.stderr
 
 
-def groups(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+def groups(address: str, *args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`connect-groups --coordinator ADDRESS ARGS...`, piped: not fitted to a width unless `columns`."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     return subprocess.run(
         [sys.executable, "-m", "services.coordinator.cli.groups", "--coordinator", address, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ},
+        env=env,
     )
 
 

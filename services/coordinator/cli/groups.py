@@ -6,12 +6,17 @@
     connect-groups connectors put GROUP NAME --tasks N
     connect-groups connectors delete GROUP NAME
     connect-groups configs describe GROUP
-    connect-groups configs alter GROUP --set k=v --delete k
+    connect-groups configs alter GROUP --set k=v --delete k [--create]
     connect-groups members remove GROUP --instance-id ID | --member-id ID
+    connect-groups delete GROUP [GROUP...]  (empty groups only, as Kafka)
     connect-groups coordinators            (replicas, partitions and their owners)
 
 --coordinator takes one address or the bootstrap addresses of the replicas (A,B,C): each group
-command goes to the group's coordinator, `list` asks every live replica.
+command goes to the group's coordinator, `list` asks every live replica. The global options
+(--coordinator, --output, --timeout, --tls-*) may be given before or after the command.
+
+Members are shown by instance id (or client id), URL and the first 8 characters of their member id
+(--output json: the whole id); on a terminal (or with $COLUMNS) tables are fitted to its width.
 
 Exit codes scripts can rely on: 0 success; 1 the coordinator answered with an error (its code and
 message are printed); 2 bad command line; 3 the coordinator could not be reached.
@@ -40,9 +45,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    cells = [list(map(str, headers))] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return admin_views.table(rows, headers, admin_views.terminal_width())
 
 
 def _as_json(msg: Any) -> str:
@@ -84,7 +87,8 @@ def _describe(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminSt
         print(_as_json(resp))
     else:
         now_ms = int(time.time() * 1000)
-        blocks = [admin_views.render_group(g, now_ms) for g in resp.groups if not g.error_code]
+        width = admin_views.terminal_width()
+        blocks = [admin_views.render_group(g, now_ms, width) for g in resp.groups if not g.error_code]
         if blocks:
             print("\n\n".join(blocks))
     for g in failed:
@@ -127,9 +131,12 @@ def _configs(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStu
             print(f"error: --set expects KEY=VALUE, got '{item}'", file=sys.stderr)
             return EXIT_USAGE
         entries.append(admin_pb2.ConfigEntry(name=key, value=value))
-    altered = stub.AlterConfigs(
-        admin_pb2.AlterConfigsRequest(group_id=args.group, set=entries, delete=args.delete or []), timeout=args.timeout
+    request = admin_pb2.AlterConfigsRequest(
+        group_id=args.group, set=entries, delete=args.delete or [], group_must_exist=not args.create
     )
+    altered = stub.AlterConfigs(request, timeout=args.timeout)
+    if altered.error_code == ErrorCode.GROUP_ID_NOT_FOUND and not args.create:
+        return _error(altered.error_code, f"{altered.error_message} (--create to create it with these configs)")
     if altered.error_code:
         return _error(altered.error_code, altered.error_message)
     print(_as_json(altered) if as_json else "ok")
@@ -141,21 +148,52 @@ def _members(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStu
     resp = stub.RemoveMembers(admin_pb2.RemoveMembersRequest(group_id=args.group, members=[who]), timeout=args.timeout)
     if resp.error_code:
         return _error(resp.error_code, resp.error_message)
-    failed = [r for r in resp.results if r.error_code]
+    return _each_answered(
+        args,
+        resp,
+        resp.results,
+        lambda r: f"ok: removed member {r.member_id} from group {args.group}, now at epoch {resp.group_epoch}",
+    )
+
+
+def _each_answered(args: argparse.Namespace, resp: Any, results: Sequence[Any], ok: Callable[[Any], str]) -> int:
+    """An answer per item: the whole response as JSON, or a line per success on stdout; an error
+    line per failure on stderr (exit 1 if any)."""
+    failed = [r for r in results if r.error_code]
     if args.output == "json":
         print(_as_json(resp))
     else:
-        for r in resp.results:
+        for r in results:
             if not r.error_code:
-                print(f"ok: removed member {r.member_id} from group {args.group}, now at epoch {resp.group_epoch}")
+                print(ok(r))
     for r in failed:
         _error(r.error_code, r.error_message)
     return EXIT_ERROR if failed else EXIT_OK
 
 
+def _delete(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
+    """DeleteGroups: each group answered on its own (only an empty group can be deleted)."""
+    resp = stub.DeleteGroups(admin_pb2.DeleteGroupsRequest(group_ids=args.groups), timeout=args.timeout)
+    return _each_answered(args, resp, resp.results, lambda r: f"ok: deleted group {r.group_id}")
+
+
+def _learn_members(
+    args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub, names: admin_views.MemberNames
+) -> None:
+    """The current members' instance and client ids (best effort: events print without them)."""
+    try:
+        resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[args.group]), timeout=args.timeout)
+    except grpc.RpcError:
+        return
+    for g in resp.groups:
+        for m in g.members:
+            names.learn(m.member_id, admin_views.member_name(m))
+
+
 def _events(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
     """The group's event log, one line per event (JSON Lines with --output json); with --follow,
-    keep polling for new events until Ctrl-C."""
+    keep polling for new events until Ctrl-C. Nothing is printed on stdout unless the log is read:
+    the header comes with the first answer."""
     as_json = args.output == "json"
     req = admin_pb2.ListGroupEventsRequest(group_id=args.group, max_events=1000)
     if args.since:
@@ -164,15 +202,31 @@ def _events(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_USAGE
-    if not as_json:
-        print(admin_views.EVENT_HEADER, flush=True)
+    width = None if as_json else admin_views.terminal_width()
+    names = admin_views.MemberNames()
+    looked_up: set[str] = set()  # members asked about: departed ones are not asked again
+    header = as_json
     try:
         while True:
             resp = stub.ListGroupEvents(req, timeout=args.timeout)
             if resp.error_code:
                 return _error(resp.error_code, resp.error_message)
+            if not header:
+                print(admin_views.event_header(width))
+                header = True
+            if not as_json:
+                for event in resp.events:
+                    names.learn_event(event)
+                unknown = {e.member_id for e in resp.events if e.member_id} - set(names.names) - looked_up
+                if unknown:
+                    _learn_members(args, stub, names)
+                    looked_up |= unknown
             for event in resp.events:
-                print(json.dumps(admin_views.event_as_dict(event)) if as_json else admin_views.format_event(event))
+                print(
+                    json.dumps(admin_views.event_as_dict(event))
+                    if as_json
+                    else admin_views.format_event(event, names, width)
+                )
             sys.stdout.flush()
             req.after_event_id = resp.next_event_id
             if len(resp.events) < req.max_events:
@@ -191,7 +245,8 @@ def _coordinators(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdm
         print(_as_json(resp))
         return EXIT_OK
     now = resp.now_ms
-    print(f"{resp.partition_count} partitions; database time {admin_views.format_time(now)}")
+    width = admin_views.terminal_width()
+    print(admin_views.cut(f"{resp.partition_count} partitions; database time {admin_views.format_time(now)}", width))
     print()
     rows = [
         (r.replica_id, r.address, "yes" if r.live else "no", r.partitions_owned, f"{(r.expires_ms - now) / 1000:.1f}s")
@@ -209,21 +264,21 @@ def _coordinators(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdm
 
 
 def _describe_watch(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
-    def snapshot() -> Callable[[int | None], str]:
+    def snapshot() -> Callable[[int | None, int | None], str]:
         try:
             resp = stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=args.groups), timeout=args.timeout)
         except grpc.RpcError as e:
             text = f"(coordinator at {args.coordinator} not reachable: {e.code().name})"
-            return lambda _now: text
+            return lambda _now, width: admin_views.cut(text, width)
 
-        def render(now_ms: int | None) -> str:
+        def render(now_ms: int | None, width: int | None) -> str:
             blocks = []
             for g in resp.groups:
                 if g.error_code:
                     name = ErrorCode.Name(g.error_code) if g.error_code in ErrorCode.values() else str(g.error_code)
-                    blocks.append(f"GROUP {g.group_id}: {name}: {g.error_message}")
+                    blocks.append(admin_views.cut(f"GROUP {g.group_id}: {name}: {g.error_message}", width))
                 else:
-                    blocks.append(admin_views.render_group(g, now_ms))
+                    blocks.append(admin_views.render_group(g, now_ms, width))
             return "\n\n".join(blocks)
 
         return render
@@ -241,57 +296,78 @@ def _positive(text: str) -> float:
     return value
 
 
+def _global_options(p: argparse.ArgumentParser) -> None:
+    coordinator = os.environ.get("CONNECT_COORDINATOR_ADDRESS", "127.0.0.1:8470")
+    p.add_argument(
+        "--coordinator",
+        default=coordinator,
+        help="HOST:PORT, or the bootstrap addresses of coordinator replicas HOST:PORT,HOST:PORT,... "
+        f"(default {coordinator}, or $CONNECT_COORDINATOR_ADDRESS)",
+    )
+    add_client_tls_flags(p, "CONNECT_GROUPS_")
+    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="connect-groups", description="Inspect and manage Connect groups on the coordinator."
     )
-    p.add_argument(
-        "--coordinator",
-        default=os.environ.get("CONNECT_COORDINATOR_ADDRESS", "127.0.0.1:8470"),
-        help="HOST:PORT, or the bootstrap addresses of coordinator replicas HOST:PORT,HOST:PORT,... "
-        "(default %(default)s)",
-    )
-    add_client_tls_flags(p, "CONNECT_GROUPS_")
-    p.add_argument("--output", choices=["table", "json"], default="table")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    _global_options(p)
+    # The same options after the command (`describe G --output json`): every command's parser has
+    # them too, without defaults, so that only what is given there overrides the main parser's.
+    anywhere = argparse.ArgumentParser(add_help=False)
+    _global_options(anywhere)
+    for action in anywhere._actions:
+        action.default = argparse.SUPPRESS
+
+    def command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = subparsers.add_parser(name, parents=[anywhere], **kwargs)
+        return parser
+
     sub = p.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("list", help="list groups")
+    ls = command(sub, "list", help="list groups")
     ls.add_argument("--state", action="append", help="only groups in this state (repeatable)")
     ls.add_argument("--type", action="append", help="only groups of this type (repeatable)")
-    d = sub.add_parser("describe", help="describe groups: epochs, members, current/target/pending items")
+    d = command(sub, "describe", help="describe groups: epochs, members, current/target/pending items")
     d.add_argument("groups", nargs="+")
     d.add_argument("--watch", action="store_true", help="refresh until Ctrl-C, highlighting what changed")
     d.add_argument("--interval", type=_positive, default=2.0, metavar="S", help="seconds between refreshes (--watch)")
-    ev = sub.add_parser("events", help="the group's rebalance event log, one line per event")
+    ev = command(sub, "events", help="the group's rebalance event log, one line per event")
     ev.add_argument("group")
     ev.add_argument("--follow", "-f", action="store_true", help="keep printing new events until Ctrl-C")
     ev.add_argument("--since", metavar="TIME", help="only events since TIME: a duration (30s, 10m, 2h) or ISO time")
     ev.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="seconds between polls (--follow)")
-    c = sub.add_parser("connectors", help="put or delete a connector")
+    c = command(sub, "connectors", help="put or delete a connector")
     csub = c.add_subparsers(dest="action", required=True)
-    put = csub.add_parser("put")
+    put = command(csub, "put")
     put.add_argument("group")
     put.add_argument("name")
     put.add_argument("--tasks", type=int, required=True)
-    dele = csub.add_parser("delete")
+    dele = command(csub, "delete")
     dele.add_argument("group")
     dele.add_argument("name")
-    cfg = sub.add_parser("configs", help="describe or alter a group's dynamic configuration")
+    cfg = command(sub, "configs", help="describe or alter a group's dynamic configuration")
     cfgsub = cfg.add_subparsers(dest="action", required=True)
-    cd = cfgsub.add_parser("describe")
+    cd = command(cfgsub, "describe")
     cd.add_argument("group")
-    ca = cfgsub.add_parser("alter")
+    ca = command(cfgsub, "alter")
     ca.add_argument("group")
     ca.add_argument("--set", action="append", metavar="KEY=VALUE")
     ca.add_argument("--delete", action="append", metavar="KEY")
-    mem = sub.add_parser("members", help="remove a member for good (Kafka's RemoveMembersFromConsumerGroup)")
+    ca.add_argument(
+        "--create", action="store_true", help="create the group (Empty) if it does not exist; without it, refused"
+    )
+    mem = command(sub, "members", help="remove a member for good (Kafka's RemoveMembersFromConsumerGroup)")
     memsub = mem.add_subparsers(dest="action", required=True)
-    rm = memsub.add_parser("remove")
+    rm = command(memsub, "remove")
     rm.add_argument("group")
     which = rm.add_mutually_exclusive_group(required=True)
     which.add_argument("--instance-id", help="a static member's instance id")
     which.add_argument("--member-id", help="a member id (as shown by describe)")
-    sub.add_parser("coordinators", help="coordinator replicas, partitions and who owns each")
+    gd = command(sub, "delete", help="delete groups (DeleteGroups): only a group without members can be deleted")
+    gd.add_argument("groups", nargs="+", metavar="GROUP")
+    command(sub, "coordinators", help="coordinator replicas, partitions and who owns each")
     return p
 
 
@@ -302,11 +378,22 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, admin_pb2_grpc.ConnectGroupAdm
     "configs": _configs,
     "events": _events,
     "members": _members,
+    "delete": _delete,
     "coordinators": _coordinators,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`connect-groups events G | head`): stop quietly. Python would
+        # report the failed flush of stdout at exit too, so stdout points at /dev/null from here.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         tls = ClientTls.from_flags(args.tls_ca, args.tls_cert, args.tls_key)
