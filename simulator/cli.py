@@ -1,4 +1,4 @@
-"""python -m simulator {run,soak,replay}: seeded scenarios against the real coordinator, SDK and assignors.
+"""python -m simulator {run,soak,replay} (or connect-simulator): seeded scenarios against the real coordinator, SDK and assignors.
 
   run    --seed N [--steps K]              one scenario; on failure: shrink it and print a reproduction
   soak   --scenarios N [--start-seed S]    many scenarios (in parallel with --jobs); shrinks the first failure
@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, replace
@@ -90,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.repro:
-        scenario = Scenario.from_token(args.repro)
+        scenario = args.scenario
     elif args.seed is not None:
         scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins)
     else:
@@ -238,8 +239,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _decode_repro(token: str) -> Scenario | str:
+    """The scenario of a reproduction token, or why it is not one."""
+    try:
+        return Scenario.from_token(token.strip())
+    except (ValueError, TypeError, KeyError, AttributeError, zlib.error) as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        return f"not a reproduction token as printed by run or soak ({reason})"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "repro", None):
+        decoded = _decode_repro(args.repro)
+        if isinstance(decoded, str):  # one line, exit 2: argparse's usage error without the usage text
+            print(f"{parser.prog} replay: error: argument --repro: {decoded}", file=sys.stderr)
+            return 2
+        args.scenario = decoded
     try:
         with planted(tuple(args.plant or ())):
             code: int = args.fn(args)
