@@ -8,16 +8,17 @@
    code spans and fenced code blocks are not links.
 2. Commands: every command in a fenced shell block (sh, bash, shell, console, zsh, or no language)
    that runs a project CLI (connect-coordinator, connect-groups, connect-worker, connect-assignor,
-   connect-metrics, `python -m simulator`, also as `.venv/bin/...`, `python -m <module>` or
-   `spark-submit jobs/rebalance_metrics/main.py`) parses with that CLI's own argparse parser
-   (built by its module's parser function, CLIS below), in this process and without running anything: argument types
-   are not applied (`--tasks N` is fine, and no type function runs) and a placeholder (`$VAR`,
-   `<name>`, an UPPER-CASE word) is any choice. Understood: `\\` continuations, pipes and lists
-   (`|`, `&&`, `||`, `;`), env assignments (`FOO=1 cmd`, `export FOO=1`, which the parser sees, as
-   the CLI would), `$ ` prompts (in a console block only prompted lines are commands), comments,
-   redirections, wrappers (`exec`, `env`, `time`, `nohup`, `docker|podman|kubectl ... exec|run ...`),
-   usage synopses (`[--flag VALUE]`, `...`, indented `[...]` lines continuing a command) and
-   excerpts (`connect-worker ... --assignors X`: no argument is then required).
+   connect-metrics, connect-simulator or `python -m simulator`; also as `.venv/bin/...`, as
+   `python -m <module>` or as `spark-submit jobs/rebalance_metrics/main.py`) parses with that CLI's
+   own argparse parser (built by its module's parser function, CLIS below), in this process and
+   without running anything: argument types are not applied (`--tasks N` is fine, and no type
+   function runs) and a placeholder (`$VAR`, `<name>`, an UPPER-CASE word) is any choice.
+   Understood: `\\` continuations, pipes and lists (`|`, `&&`, `||`, `;`), env assignments
+   (`FOO=1 cmd`, `export FOO=1`, which the parser sees, as the CLI would), `$ ` prompts (in a
+   console block only prompted lines are commands), comments, redirections, wrappers (`exec`,
+   `env`, `time`, `nohup`, `docker|podman|kubectl ... exec|run ...`), usage synopses
+   (`[--flag VALUE]`, `...`, indented `[...]` lines continuing a command) and excerpts
+   (`connect-worker ... --assignors X`: no argument is then required).
 3. Configuration: the keys in backticks in the first column of the table rows of the sections of
    docs/operations.md whose heading contains "Configuration" are exactly the server's configuration
    keys (ServerConfig.KEYS in services/coordinator/core/config.py; the per-group dynamic config
@@ -58,6 +59,7 @@ CLIS: dict[str, tuple[str, str]] = {
     "connect-worker": ("worker_sdk.cli", "build_parser"),
     "connect-assignor": ("services.assignor.cli", "_parser"),
     "connect-metrics": ("jobs.rebalance_metrics.cli", "_parser"),
+    "connect-simulator": ("simulator.cli", "build_parser"),
     "python -m simulator": ("simulator.cli", "build_parser"),
 }
 # `python -m MODULE` -> CLI name.

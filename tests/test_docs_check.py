@@ -94,11 +94,13 @@ def test_a_bad_cli_flag_is_reported_with_the_parsers_error(tmp_path: Path) -> No
         "connect-groups configs alter GROUP --set max.size=3 --bogus 1",
         "connect-coordinator serve --listen 127.0.0.1:8470 --no-such-flag",
         "connect-groups connectors put GROUP NAME",
+        "connect-simulator run --seed 1 --plant",
     )
     assert report(tmp_path, {"docs/guide.md": guide}) == [
         "docs/guide.md:4: connect-groups configs alter: unrecognized arguments: --bogus 1",
         "docs/guide.md:5: connect-coordinator serve: unrecognized arguments: --no-such-flag",
         "docs/guide.md:6: connect-groups connectors put: the following arguments are required: --tasks",
+        "docs/guide.md:7: connect-simulator run: argument --plant: expected one argument",
     ]
 
 
@@ -112,6 +114,7 @@ def test_good_commands_in_every_form_parse(tmp_path: Path) -> None:
         "connect-worker --coordinator 127.0.0.1:8470 --group g --simulate N --tls-ca $(pwd)/ca.crt",
         "connect-worker ... --assignors round-robin-js:0-1          # an excerpt: required flags left out",
         "python -m simulator soak --scenarios 10 --plant PLANT && .venv/bin/python -m simulator run --seed 1",
+        "connect-simulator replay --seed 3 || .venv/bin/connect-simulator run --seed 3",
         "connect-groups --output json list --state Stable; connect-assignor serve --listen 127.0.0.1:8471",
         "connect-coordinator serve [--listen HOST:PORT] [--assignor-address HOST:PORT ...]",
         "                          [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]",
