@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,47 @@ JVM_DEFAULTS = {
 # larger cache, 47 s against 42 (docs/benchmarks.md). A one-shot `connect-metrics run` is not changed
 # by it. (A static setting: read when the session is created.)
 CODEGEN_CACHE_ENTRIES = 2000
+# A local master's driver binds to loopback (see local_address_conf).
+LOOPBACK = "127.0.0.1"
+ADDRESS_ENV = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")
+ADDRESS_CONF = ("spark.driver.host", "spark.driver.bindAddress")
+
+
+def is_local_master(master: str) -> bool:
+    """`local`, `local[N]`, `local[*]`, `local[N,F]`: the driver and its executor in one JVM."""
+    return master == "local" or master.startswith("local[")
+
+
+def local_address_conf(master: str, conf: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """The driver's address settings build_session adds: for a local master, loopback (nothing needs
+    to reach the driver from outside; Spark's own choice is the machine's outside address, which a
+    firewall, a VPN or a changing DHCP lease makes unusable), unless the user chose an address: env
+    SPARK_LOCAL_IP or SPARK_LOCAL_HOSTNAME, or spark.driver.host or spark.driver.bindAddress in
+    `conf` (build_session's own, spark-defaults.conf, spark-submit's --conf). Nothing for any
+    other master."""
+    if not is_local_master(master.strip()):
+        return {}
+    if any(env.get(k) for k in ADDRESS_ENV) or any(conf.get(k) for k in ADDRESS_CONF):
+        return {}
+    return {"spark.driver.bindAddress": LOOPBACK, "spark.driver.host": LOOPBACK}
+
+
+def spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """spark-defaults.conf as the JVM that pyspark starts will read it (SPARK_CONF_DIR, else
+    SPARK_HOME/conf): a Java properties file, `key value` or `key=value` lines."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    conf_dir = env.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    try:
+        text = (Path(conf_dir) / "spark-defaults.conf").read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"([^\s=:#!][^\s=:]*)\s*[=:\s]\s*(.*)", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,8 +112,10 @@ def _parser() -> argparse.ArgumentParser:
 def build_session(
     master: str | None, shuffle_partitions: int | None = None, conf: dict[str, str] | None = None
 ) -> SparkSession:
-    """A SparkSession with the JDBC drivers on its class path, UTC, no UI; `conf`: more settings
-    (JVM ones such as spark.driver.memory take effect only when this call starts the JVM)."""
+    """A SparkSession with the JDBC drivers on its class path, UTC, no UI, a local master's driver on
+    loopback (local_address_conf); `conf`: more settings (JVM ones such as spark.driver.memory take
+    effect only when this call starts the JVM)."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from jobs.rebalance_metrics.source import driver_jars
@@ -90,11 +134,43 @@ def build_session(
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
-    for key, value in {**({} if under_submit else JVM_DEFAULTS), **(conf or {})}.items():
+    settings = {**({} if under_submit else JVM_DEFAULTS), **(conf or {})}
+    preset = _preset_conf(under_submit)
+    chosen = master or (preset.get("spark.master") if under_submit else None) or DEFAULT_MASTER
+    address = local_address_conf(chosen, {**preset, **settings}, os.environ)
+    for key, value in {**settings, **address}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if not address or under_submit or SparkContext._jvm is not None:
+        spark = builder.getOrCreate()
+    else:
+        # The JVM this starts still looks up an address of its own (and warns that it found the
+        # outside one: "using <address> instead; set SPARK_LOCAL_IP"): loopback for it too. (The
+        # JVM outlives this session: a later session of this process on a cluster must name its
+        # driver's address, spark.driver.host.)
+        user_value = os.environ.get("SPARK_LOCAL_IP")
+        os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+        try:
+            spark = builder.getOrCreate()
+        finally:
+            if user_value is None:
+                del os.environ["SPARK_LOCAL_IP"]
+            else:
+                os.environ["SPARK_LOCAL_IP"] = user_value
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _preset_conf(under_submit: bool) -> dict[str, str]:
+    """The settings a SparkContext gets besides build_session's: a running JVM's (spark-submit's
+    --conf and spark-defaults.conf, or an earlier session's in this process), else the
+    spark-defaults.conf the JVM started here will read."""
+    from pyspark import SparkConf, SparkContext
+
+    if under_submit:
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM (started before this ran)
+    if SparkContext._jvm is None:
+        return spark_defaults(os.environ)
+    return dict(SparkConf().getAll())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
