@@ -12,6 +12,10 @@ The next run reads events from `reread_from_id`, computes, and overwrites the `d
 `rewrite_from_date` on (dynamic partition overwrite); older partitions are final and untouched. So
 a run over the same input rewrites the same rows (idempotent), and run + append + run gives what one
 full run gives. `--full` ignores the checkpoint and rewrites everything.
+
+A table without rows (often `data_quality`) is one Parquet file of its columns and no rows, not
+partitioned, so that any reader opens it with its schema (Spark writes no file at all for an empty
+frame partitioned by date); the first run that gives it rows removes that file.
 """
 
 from __future__ import annotations
@@ -66,13 +70,31 @@ def _write_checkpoint(out: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, out / CHECKPOINT)
 
 
+def table_schema(name: str) -> T.StructType:
+    """An output table's columns as readers see them: its own, then the partition column `date`."""
+    return T.StructType([*OUTPUT_SCHEMAS[name].fields, T.StructField("date", T.DateType())])
+
+
 def read_table(spark: SparkSession, out: Path, name: str) -> DataFrame:
     """An output table as written (empty, with its columns, when it has no rows)."""
-    schema = T.StructType([*OUTPUT_SCHEMAS[name].fields, T.StructField("date", T.DateType())])
+    schema = table_schema(name)
     path = out / name
     if not path.is_dir() or not any(path.glob("date=*")):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(str(path))
+
+
+def _keep_readable(spark: SparkSession, path: Path, name: str) -> None:
+    """After a table's write: with rows (date folders), no schema-only file beside them (a file in
+    the table's own folder next to partition folders is a conflict for readers); without rows, the
+    schema-only file (see the module docstring), written unless it is there already."""
+    placeholders = [*path.glob("part-*"), *path.glob(".part-*.crc")]
+    if any(path.glob("date=*")):
+        for f in placeholders:
+            f.unlink()
+    elif not placeholders:
+        # One task over no rows writes one file with the schema (no file when partitioned by date).
+        spark.createDataFrame([], table_schema(name)).coalesce(1).write.mode("overwrite").parquet(str(path))
 
 
 def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False) -> RunStats:
@@ -88,10 +110,10 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
         return RunStats(0, False, int(state["last_event_id"]), _quality_totals(spark, out))
 
     if b.count == 0 and state is None:
-        # An empty log: empty tables (empty folders; read_table gives them their columns).
+        # An empty log: empty tables (schema-only files).
         for name in TABLES:
             shutil.rmtree(out / name, ignore_errors=True)
-            (out / name).mkdir()
+            _keep_readable(spark, out / name, name)
         _write_checkpoint(out, {"version": 1, "database": db.display, "last_event_id": 0, "rewrite_from_date": None})
         return RunStats(0, True, 0, {})
 
@@ -112,7 +134,7 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
             .partitionBy("date")
             .parquet(str(out / name))
         )
-        (out / name).mkdir(exist_ok=True)  # an empty table is an empty folder
+        _keep_readable(spark, out / name, name)
         timings[f"write {name}"] = time.monotonic() - started
 
     started = time.monotonic()
