@@ -74,6 +74,11 @@ def test_the_heap_answers_as_the_model(script: list[tuple[str, object, int]]) ->
         seen_moved, seen_earliest = timer.moved_earlier, earliest
         assert len(timer) == len(model.deadlines)
         assert all(timer.deadline(k) == (model.deadlines[k][0] if k in model.deadlines else None) for k in KEYS)
+        # The per-group index (what cancel_group walks) holds exactly each group's scheduled keys.
+        by_group: dict[str, set[TimerKey]] = {}
+        for k in model.deadlines:
+            by_group.setdefault(k.group_id, set()).add(k)
+        assert timer._by_group == by_group
     assert timer.pop_expired(10**9) == model.pop_expired(10**9)
     assert timer.next_deadline() is None
 
@@ -91,3 +96,26 @@ def test_a_heartbeat_that_moves_its_session_later_pushes_nothing() -> None:
     assert timer.moved_earlier == moved  # nothing for the runtime's timer check to look at
     assert timer.next_deadline() == 49_000  # the anchors moved up to the last deadlines
     assert timer.pop_expired(49_050) == keys[:51]
+
+
+def test_cancelling_a_group_touches_only_that_groups_timers() -> None:
+    """Reloading N groups one by one (each reload cancels its group's timers) costs O(N): counted as
+    the keys `cancel_group` looks at, which must not grow with the number of other groups."""
+
+    class CountingDict(dict[TimerKey, tuple[int, int]]):
+        looked = 0
+
+        def __iter__(self):
+            for k in super().__iter__():
+                CountingDict.looked += 1
+                yield k
+
+    timer = Timer()
+    timer._deadlines = CountingDict()
+    for g in range(2_000):
+        timer.schedule(TimerKey(TimerKind.SESSION, f"g{g}", "m"), 10_000 + g)
+        timer.schedule(TimerKey(TimerKind.RETENTION, f"g{g}"), 20_000 + g)
+    for g in range(2_000):
+        timer.cancel_group(f"g{g}")
+    assert CountingDict.looked == 0  # nothing scanned: the index names each group's keys
+    assert len(timer) == 0 and timer.next_deadline() is None

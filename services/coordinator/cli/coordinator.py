@@ -25,6 +25,7 @@ from services.coordinator.core.config import ServerConfig
 from services.coordinator.core.coordinator import GroupCoordinator
 from services.coordinator.runtime.asyncio_runtime import AssignorClient, CoordinatorRuntime
 from services.coordinator.runtime.discovery import AssignorDirectory
+from services.coordinator.runtime.partitions import DEFAULT_PARTITIONS
 from services.coordinator.runtime.server import split_address, start_server
 from services.coordinator.security.authorizer import AclFile, Authorizer
 from services.storage import Storage, StorageError, default_sqlite_url
@@ -234,13 +235,16 @@ async def serve(args: argparse.Namespace) -> int:
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     storage = Storage(url)
     await asyncio.to_thread(storage.open, not args.no_migrate)
+    # A partition count that disagrees with the database's is refused before the port opens.
+    await asyncio.to_thread(storage.init_cluster, config.coordinator_partitions or None, DEFAULT_PARTITIONS)
     # With assignor services, names are filled in by discovery (runtime.start, then periodically).
     coordinator = GroupCoordinator(config, {} if assignors is not None else None)
     runtime = CoordinatorRuntime(coordinator, storage, assignors=assignors)
     runtime.sqlite_lock = sqlite_lock
     if args.advertised_address:
         split_address(args.advertised_address)  # a malformed address: one line, exit 2
-    await runtime.start(args.advertised_address or advertised_default(args.listen))
+    # The port opens first: while the groups load (100,000 groups take seconds), clients connect
+    # and are answered COORDINATOR_LOAD_IN_PROGRESS (and health NOT_SERVING) instead of a closed port.
     running = await start_server(
         runtime,
         args.listen,
@@ -251,8 +255,13 @@ async def serve(args: argparse.Namespace) -> int:
         authorizer=authorizer,
     )
     host = args.listen.rpartition(":")[0]
-    if not args.advertised_address and runtime.replica is not None:
-        runtime.replica.advertise(advertised_default(f"{host}:{running.port}"))  # the port bound for :0
+    log.info("accepting connections on %s:%d; loading the groups", host, running.port)
+    try:
+        await runtime.start(args.advertised_address or advertised_default(f"{host}:{running.port}"))
+    except BaseException:
+        await running.stop(0)  # e.g. a partition count that disagrees with the database's: one line, exit 2
+        raise
+    await running.serving()
     print(f"connect-coordinator listening on {host}:{running.port}", flush=True)
     if running.health_port:
         log.info("health service (plaintext) on %s:%d", args.health_listen.rpartition(":")[0], running.health_port)

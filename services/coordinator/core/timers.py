@@ -42,6 +42,9 @@ class Timer:
         self._deadlines: dict[TimerKey, tuple[int, int]] = {}  # key -> (deadline, sequence number)
         self._anchors: dict[TimerKey, tuple[int, int]] = {}  # key -> its entry in the heap that counts
         self._heap: list[tuple[int, int, TimerKey]] = []
+        # Each group's scheduled keys, so that cancelling a group's timers (a group reloaded, dropped
+        # or deleted) costs that group's timers, not every timer: loading N groups stays O(N).
+        self._by_group: dict[str, set[TimerKey]] = {}
         self._seq = count()
         # How many times a key was scheduled anew or earlier: only that moves the earliest deadline
         # earlier (a deadline moved later, a cancel, a pop or a compaction never does), so a caller
@@ -52,7 +55,14 @@ class Timer:
         current = self._deadlines.get(key)
         if current is not None and current[0] == deadline_ms:
             return
-        if current is None or deadline_ms < current[0]:
+        if current is None:
+            self.moved_earlier += 1
+            keys = self._by_group.get(key.group_id)
+            if keys is None:
+                self._by_group[key.group_id] = {key}
+            else:
+                keys.add(key)
+        elif deadline_ms < current[0]:
             self.moved_earlier += 1
         entry = (deadline_ms, next(self._seq))
         self._deadlines[key] = entry
@@ -67,7 +77,14 @@ class Timer:
             self._compact()
 
     def cancel(self, key: TimerKey) -> None:
-        self._deadlines.pop(key, None)
+        if self._deadlines.pop(key, None) is not None:
+            self._unindex(key)
+
+    def _unindex(self, key: TimerKey) -> None:
+        keys = self._by_group[key.group_id]
+        keys.discard(key)
+        if not keys:
+            del self._by_group[key.group_id]
 
     def deadline(self, key: TimerKey) -> int | None:
         current = self._deadlines.get(key)
@@ -90,6 +107,7 @@ class Timer:
             if self._due(deadline, seq, key):
                 heapq.heappop(heap)
                 del self._deadlines[key], self._anchors[key]
+                self._unindex(key)
                 fired.append(key)
         return fired
 
@@ -112,12 +130,13 @@ class Timer:
         return False
 
     def cancel_group(self, group_id: str) -> None:
-        """Cancel every timer of one group ."""
-        for key in [k for k in self._deadlines if k.group_id == group_id]:
+        """Cancel every timer of one group: O(that group's timers)."""
+        for key in self._by_group.pop(group_id, ()):
             del self._deadlines[key]
 
     def clear(self) -> None:
         self._deadlines.clear()
+        self._by_group.clear()
         self._anchors.clear()
         self._heap.clear()
 

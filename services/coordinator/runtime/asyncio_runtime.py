@@ -44,6 +44,9 @@ from services.coordinator.runtime.replicas import Replica, monotonic_ms
 from services.storage import Storage
 from services.storage.leases import FencedError
 
+# Groups replayed per slice of a partition's load (then the loop runs other work): ~45 us each.
+INSTALL_SLICE = 500
+
 log = logging.getLogger("connect.coordinator")
 
 
@@ -149,6 +152,7 @@ class CoordinatorRuntime:
         self._busy_ns = 0
         self._queued = 0
         self._stopping = False
+        self.starting = False  # True while `start` acquires and loads the partitions
         # Partition leases (SPEC §10): which groups this replica serves; set up by `start`.
         self.replica: Replica | None = None
         # The SQLite file's single-replica lock, when the caller took it already (the CLI does, first).
@@ -164,7 +168,10 @@ class CoordinatorRuntime:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self, address: str = "127.0.0.1:0") -> None:
-        """Load and serve: `address` is the one advertised to clients for this replica's groups."""
+        """Load and serve: `address` is the one advertised to clients for this replica's groups.
+        The server may already accept connections meanwhile: every group request is answered
+        COORDINATOR_LOAD_IN_PROGRESS until the partitions are acquired and loaded."""
+        self.starting = True
         if self.assignors is not None:
             # Once before loading (assignments may be resumed at once), then in the background.
             # Services not up yet are found later: periodically, or when a worker names their assignor.
@@ -185,6 +192,7 @@ class CoordinatorRuntime:
         self.heap.after_work()
         self._tasks.append(asyncio.create_task(self._timers(), name="timers"))
         self._tasks.append(asyncio.create_task(self._loop_monitor(), name="loop-monitor"))
+        self.starting = False
 
     async def stop(self) -> None:
         self._stopping = True
@@ -224,10 +232,22 @@ class CoordinatorRuntime:
 
     # ---- groups moving in and out (replicas.py) ----------------------------------------------
 
-    def install_groups(self, stored: dict[str, list[Record]], now_ms: int) -> None:
-        """A partition was acquired: its groups, as stored, join memory (replayed and re-armed)."""
-        self.machine.reload_groups(stored, now_ms)
-        self._pump()
+    async def install_groups(self, stored: dict[str, list[Record]]) -> None:
+        """A partition was acquired: its groups, as stored, join memory (replayed and re-armed).
+
+        In slices of INSTALL_SLICE groups, yielding to the loop between them, so that a load of
+        100,000 groups never holds the loop for more than a slice (~20 ms): lease renewals, health
+        checks and the groups already served go on meanwhile (requests for the partitions being
+        loaded are answered COORDINATOR_LOAD_IN_PROGRESS until the caller marks them loaded). After
+        each slice, what it built is frozen out of the collector's generations (as after `start`):
+        without it each full collection rescans every group loaded so far, and loading N groups
+        costs O(N^2) (20,000 groups: 4.7 s against 0.9 s)."""
+        pending = list(stored.items())
+        for i in range(0, len(pending), INSTALL_SLICE):
+            self.machine.reload_groups(dict(pending[i : i + INSTALL_SLICE]), self.clock())
+            self._pump()
+            gc.freeze()
+            await asyncio.sleep(0)
 
     def drop_groups(self, group_ids: set[str], now_ms: int) -> None:
         """A partition left: its groups leave memory (timers included) and their push streams end."""
@@ -247,6 +267,10 @@ class CoordinatorRuntime:
         (that read may be a renew interval old), so a client is sent to the owner whenever there is one."""
         table = self.replica.table if self.replica is not None else None
         if table is None:
+            if self.starting:  # the partitions are not even acquired yet
+                return NotAvailable(
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is starting (loading its groups); retry"
+                )
             return None
         route = table.route(group_id, monotonic_ms())
         if route.kind is RouteKind.SERVE:
@@ -257,6 +281,8 @@ class CoordinatorRuntime:
                 lease = next((x for x in scan.leases if x.partition == route.partition), None)
                 if lease and lease.owner and lease.owner != table.replica_id and lease.expires_ms > scan.now_ms:
                     route = Route(RouteKind.NOT_COORDINATOR, route.partition, lease.address, lease.epoch)
+        if route.kind is RouteKind.NOT_AVAILABLE and self.starting:  # the first lease cycle has not run yet
+            route = Route(RouteKind.LOADING, route.partition, route.address, route.epoch)
         return self._refusal_of(route, group_id)
 
     def _refusal_of(self, route: Route, group_id: str) -> NotAvailable:

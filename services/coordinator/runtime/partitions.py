@@ -278,6 +278,11 @@ class PartitionTable:
             del self.held[p]
         return Changes(lost=lost)
 
+    def loading(self, partition: int, epoch: int) -> bool:
+        """Whether this acquisition of the partition is still being loaded (not lost or re-acquired)."""
+        h = self.held.get(partition)
+        return h is not None and h.epoch == epoch and h.state is PartState.LOADING
+
     def loaded(self, partition: int, epoch: int, now_ms: int | None = None) -> bool:
         """The partition's groups are in memory: serve it (False: it was lost, re-acquired, or --
         with `now_ms` -- its lease ran out while it loaded).

@@ -2,8 +2,9 @@
 moves groups in and out of the runtime's memory as partitions come and go (SPEC §10).
 
 * start: on SQLite the database file is locked for this process (a second replica is refused); the
-  partition count is read (recorded by the first replica); the first cycle runs and the partitions
-  it acquired are loaded before the server answers anything;
+  partition count is read (recorded by the first replica); the first cycle runs, the lease loop
+  starts, and the partitions it acquired are loaded (in slices, the loop free between them; requests
+  meanwhile are answered COORDINATOR_LOAD_IN_PROGRESS);
 * every renew interval: one cycle (register, renew, hand over, acquire); a cycle that fails leaves
   only time to take leases away -- a lease not renewed in time is dropped at once;
 * acquired: the partition's groups are read and replayed (sessions re-armed generously, pending
@@ -68,8 +69,11 @@ class Replica:
         count = await asyncio.to_thread(self.storage.init_cluster, self.configured_partitions, DEFAULT_PARTITIONS)
         self.table = PartitionTable(self.replica_id, self.address, count, self.lease_ms, exclusive=self.exclusive)
         self.metrics.partition_count.set(count)
-        await self.cycle(wait_loads=True)
+        await self.cycle()
+        # The lease loop runs before the first loads are awaited: a long load (100,000 groups) never
+        # delays a renewal, so the leases cannot lapse while their groups are read.
         self._task = asyncio.create_task(self._loop(), name="leases")
+        await asyncio.gather(*list(self._loads), return_exceptions=True)
         log.info(
             "replica %s (%s): %d partitions, %d owned here", self.replica_id, self.address, count, len(self.table.held)
         )
@@ -99,7 +103,7 @@ class Replica:
     async def fenced(self, partitions: Iterable[int]) -> None:
         """A write touching these partitions was refused by the database: they are not ours."""
         if self.table is not None:
-            await self._changed(self.table.lose(partitions), wait_loads=False)
+            await self._changed(self.table.lose(partitions))
 
     def advertise(self, address: str) -> None:
         """The address clients are sent to (written to the lease rows at the next cycle)."""
@@ -125,7 +129,7 @@ class Replica:
 
     # ---- one cycle ---------------------------------------------------------------------------
 
-    async def cycle(self, *, wait_loads: bool = False, leaving: bool = False) -> None:
+    async def cycle(self, *, leaving: bool = False) -> None:
         table = self.table
         assert table is not None
         started = monotonic_ms()
@@ -161,7 +165,7 @@ class Replica:
                     len(held),
                     str(e).splitlines()[0][:300] if str(e) else repr(e),
                 )
-            await self._changed(table.expire(monotonic_ms()), wait_loads=False)
+            await self._changed(table.expire(monotonic_ms()))
             return
         self._failures = 0
         self.metrics.lease_renewals.labels("ok").inc()
@@ -171,9 +175,9 @@ class Replica:
         changes = Changes(changes.acquired, changes.lost + expired.lost, changes.releasing)
         if outcome.released:
             self.metrics.partition_handovers.inc(len(outcome.released))
-        await self._changed(changes, wait_loads=wait_loads)
+        await self._changed(changes)
 
-    async def _changed(self, changes: Changes, *, wait_loads: bool) -> None:
+    async def _changed(self, changes: Changes) -> None:
         if changes.lost:
             self.metrics.lease_losses.inc(len(changes.lost))
             log.warning("lost the lease of partitions %s: their groups are no longer served here", list(changes.lost))
@@ -189,8 +193,6 @@ class Replica:
             task = asyncio.create_task(self._load(acquired))
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
-            if wait_loads:
-                await task
         self._observe()
 
     def _observe(self) -> None:
@@ -210,29 +212,41 @@ class Replica:
         except Exception:
             log.exception("loading partitions %s failed; they are retried after their lease lapses", list(acquired))
             return
-        by_group: dict[str, list[Record]] = {gid: [] for gid in wanted}
+        by_group: dict[str, list[Record]] = {gid: [] for gid in sorted(wanted)}  # one order in any process
         for r in records:
             by_group.setdefault(r.group_id, []).append(r)
-        now = self.runtime.clock()
+        del records
+        still = {p for p, epoch in acquired.items() if table.loading(p, epoch)}
+        mine = {gid: recs for gid, recs in by_group.items() if table.partition(gid) in still}
+        del by_group
+        # In slices, yielding to the loop; requests for these groups get LOAD_IN_PROGRESS meanwhile
+        # (their partitions stay LOADING until marked loaded below).
+        await self.runtime.install_groups(mine)
         ready = [p for p, epoch in acquired.items() if table.loaded(p, epoch, monotonic_ms())]
         if len(ready) < len(acquired):
             log.warning(
                 "partitions %s were lost or their lease ran out while they loaded: not served; acquired again once free",
                 sorted(set(acquired) - set(ready)),
             )
+            # What was installed of them leaves memory -- unless the partition was acquired again
+            # meanwhile (a newer epoch): that load replaces its groups itself.
+            dead = {p for p, epoch in acquired.items() if p not in ready and self._epoch_of(p) in (None, epoch)}
+            gone = {gid for gid in mine if table.partition(gid) in dead}
+            self.runtime.drop_groups(gone, self.runtime.clock())
+            mine = {gid: recs for gid, recs in mine.items() if gid not in gone}
             self._observe()
         if not ready:
             return
-        keep = set(ready)
-        mine = {gid: recs for gid, recs in by_group.items() if table.partition(gid) in keep}
-        # Synchronously, on the loop: no request for these groups ran meanwhile (LOAD_IN_PROGRESS).
-        self.runtime.install_groups(mine, now)
         elapsed = time.perf_counter() - started
         self.metrics.partition_loads.inc(len(ready))
         for _ in ready:
             self.metrics.partition_load_duration.observe(elapsed)
         self._observe()
         log.info("loaded partitions %s (%d groups) in %.3fs", ready, len(mine), elapsed)
+
+    def _epoch_of(self, partition: int) -> int | None:
+        held = self.table.held.get(partition) if self.table is not None else None
+        return None if held is None else held.epoch
 
     async def _drop(self, partitions: Iterable[int], *, drain: bool) -> None:
         """Take the partitions' groups out of memory; `drain`: after what was applied to them is durable."""

@@ -521,6 +521,11 @@ class RunningServer:
     _health_server: grpc.aio.Server | None = field(default=None, repr=False)
     push: NudgeHub | None = None
 
+    async def serving(self) -> None:
+        """The runtime has loaded its groups: health says SERVING (until `stop`)."""
+        for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         # Tell load balancers first, end the push streams (they never end on their own), then drain.
         await self.health.enter_graceful_shutdown()
