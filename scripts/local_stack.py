@@ -156,6 +156,9 @@ class Narration:
         return out
 
 
+VIEW_COLUMNS = ("WORKER", "URL", "MEMBER", "EPOCH", "STATE", "RUNNING (worker says)", "PENDING")
+
+
 def view_text(
     g: admin_pb2.DescribedGroup,
     statuses: dict[str, dict[str, Any]],
@@ -164,9 +167,15 @@ def view_text(
     narration: list[str],
     now_ms: int,
     workers: Iterable[str] = (),
+    width: int | None = None,
 ) -> tuple[str, bool]:
     """The live view of the group (and whether nothing runs twice), from what the coordinator
-    describes, what each worker says it runs and how the ended ones ended; the narration under it."""
+    describes, what each worker says it runs and how the ended ones ended; the narration under it.
+
+    One row per worker the stack started (by its instance id) and per other member of the group (by
+    its instance or client id): its URL and short member id (as `connect-groups describe` shows
+    them), then what the coordinator says of it and what the worker says it runs. Fitted to `width`
+    columns (None: no limit): cells cut with '…', the worker's name and member id last."""
     owner: dict[Any, str] = {}
     doubles = []
     for name, items in running.items():
@@ -174,35 +183,68 @@ def view_text(
             if key in owner:
                 doubles.append(f"{key} on {owner[key]} and {name}")
             owner[key] = name
-    lines = [
-        f"group {g.group_id}: {g.group_state}   group epoch {g.group_epoch}   assignment epoch {g.assignment_epoch}   "
+    head = [
+        f"group {g.group_id}: {g.group_state}",
+        f"group epoch {g.group_epoch}",
+        f"assignment epoch {g.assignment_epoch}",
         f"assignor {g.assignor_name or '-'}",
-        f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}",
-        "",
-        f"{'MEMBER':<38} {'INSTANCE':<10} {'EPOCH':>5}  {'STATE':<16} {'RUNNING (worker view)':<40} PENDING",
     ]
-    by_instance = {m.instance_id: m for m in g.members}
-    for name in sorted({*workers, *statuses, *running, *exits}):
+    lines = pack(head, width)
+    lines += admin_views.wrap(
+        f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}", width
+    )
+    ours = {*workers, *statuses, *running, *exits}
+    rows = []
+    by_instance = {m.instance_id: m for m in g.members if m.instance_id}
+    for name in sorted(ours):
         m = by_instance.get(name)
-        runs = str(running.get(name, Items())) if name in running else "(not running)"
+        runs = str(running[name]) if name in running else "(not running)"
         if m is None:
-            lines.append(f"{'-':<38} {name:<10} {'-':>5}  {'(not a member)':<16} {runs}")
+            # Not (or no longer) in the group: its process ended (WHY says how), or it is joining.
+            rows.append((name, "-", "-", "-", "(exited)" if name in exits else "(joining)", runs, "-"))
         else:
-            lines.append(
-                f"{m.member_id:<38} {name:<10} {m.member_epoch:>5}  {m.member_state:<16} {runs:<40} {Items.from_proto(m.pending)}"
-            )
+            rows.append(_member_row(m, runs))
+    others = [m for m in g.members if m.instance_id not in ours]
+    for m in sorted(others, key=lambda m: (admin_views.member_name(m), m.member_id)):
+        rows.append(_member_row(m, "(not started by the stack)"))
+    lines += ["", admin_views.table(rows, VIEW_COLUMNS, width, keep=(0, 2))]
     why = worker_reasons(g, statuses, now_ms) + exit_reasons(exits)
     if why:
-        lines += ["", "WHY", *why]
+        lines += ["", "WHY", *(x for line in why for x in admin_views.wrap(line, width))]
     lines.append("")
-    lines.append(
+    lines += admin_views.wrap(
         "!! RUNS TWICE: " + "; ".join(doubles)
         if doubles
-        else f"ok: {len(owner)}/{group_total(g)} connectors and tasks running, none twice"
+        else f"ok: {len(owner)}/{group_total(g)} connectors and tasks running, none twice",
+        width,
     )
     if narration:
         lines += ["", "SCENARIO", *narration]
     return "\n".join(lines), not doubles
+
+
+def pack(parts: list[str], width: int | None, sep: str = "   ") -> list[str]:
+    """`parts` joined by `sep` on as few lines as fit in `width` (a part is never split, but cut
+    with '…' if it alone is wider)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and (width is None or len(lines[-1]) + len(sep) + len(part) <= width):
+            lines[-1] += sep + part
+        else:
+            lines.append(admin_views.cut(part, width))
+    return lines
+
+
+def _member_row(m: admin_pb2.DescribedMember, runs: str) -> tuple[Any, ...]:
+    return (
+        admin_views.member_name(m) or "-",
+        m.url or "-",
+        admin_views.short_id(m.member_id),
+        m.member_epoch,
+        m.member_state,
+        runs,
+        Items.from_proto(m.pending),
+    )
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -281,7 +323,7 @@ class Proc:
 
 def exit_reasons(exits: dict[str, tuple[int, Path]]) -> list[str]:
     """Workers whose process is gone: how it ended and where its log is. A worker that dies as it
-    starts would otherwise only show as "(not a member)"."""
+    starts would otherwise show only as "(exited)"."""
     lines = []
     for name, (code, log) in sorted(exits.items()):
         how = f"exit status {code}"
@@ -295,15 +337,15 @@ def exit_reasons(exits: dict[str, tuple[int, Path]]) -> list[str]:
 
 
 def worker_reasons(g: admin_pb2.DescribedGroup, statuses: dict[str, dict[str, Any]], now_ms: int) -> list[str]:
-    """The live view's reasons: the coordinator's (as `connect-groups describe` shows them), named
-    by worker, and what each worker's own last error says."""
-
-    def name(m: admin_pb2.DescribedMember) -> str:
-        return m.instance_id or m.member_id
-
-    lines = [f"  group: {r}" for r in admin_views.group_reasons(g, now_ms)]
-    for m in sorted(g.members, key=name):
-        lines += [f"  {name(m)}: {r}" for r in admin_views.member_reasons(m, now_ms)]
+    """The live view's reasons: the coordinator's, as `connect-groups describe` shows them (members
+    named by instance or client id with their short member id), and what each worker's own last
+    error says."""
+    names = admin_views.MemberNames(g.members)
+    for h in g.held:
+        names.learn(h.member_id, h.instance_id)
+    lines = [f"  group: {r}" for r in admin_views.group_reasons(g, now_ms, names)]
+    for m in sorted(g.members, key=lambda m: (admin_views.member_name(m), m.member_id)):
+        lines += [f"  {names(m.member_id)}: {r}" for r in admin_views.member_reasons(m, now_ms, names)]
     by_instance = {m.instance_id: m for m in g.members}
     for worker in sorted(statuses):
         error = statuses[worker].get("last_error") or {}
@@ -472,6 +514,7 @@ class Stack:
             self.narration.lines(),
             int(time.time() * 1000),
             self.workers,
+            admin_views.terminal_width(),
         )
 
     def show(self, note: str = "") -> bool:
@@ -483,7 +526,8 @@ class Stack:
             text, ok = f"(coordinator not reachable: {e.code().name})", True  # type: ignore[attr-defined]
         if sys.stdout.isatty() and not self.args.no_clear:
             print("\x1b[2J\x1b[H", end="")
-        print(f"{time.strftime('%H:%M:%S')}  {note}\n{text}\n", flush=True)
+        stamp = admin_views.cut(f"{time.strftime('%H:%M:%S')}  {note}", admin_views.terminal_width())
+        print(f"{stamp}\n{text}\n", flush=True)
         return ok
 
     def wait(self, predicate: Any, timeout_s: float, note: str) -> bool:

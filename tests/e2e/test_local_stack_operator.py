@@ -84,3 +84,58 @@ def test_the_stack_runs_headless(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "coordinator 127.0.0.1:" in out.stdout
     assert "MEMBER" not in out.stdout and "live view" not in out.stdout, out.stdout[-3000:]
+
+
+def _busy_group() -> tuple[admin_pb2.DescribedGroup, dict[str, Items]]:
+    """Three workers of the stack (36-character member ids, long assignments), worker-3 still
+    revoking, and a member the stack did not start (known by its client id only)."""
+    g = admin_pb2.DescribedGroup(group_id="connect-demo", group_state="Reconciling", group_epoch=7, assignment_epoch=7)
+    g.assignor_name = "incremental-cooperative"
+    g.connectors.add(name="orders-sink", task_count=4)
+    g.connectors.add(name="inventory-source", task_count=2)
+    work = {
+        "worker-1": Items.of(["orders-sink"], [("orders-sink", 0), ("orders-sink", 1)]),
+        "worker-2": Items.of(["inventory-source"], [("inventory-source", 0), ("orders-sink", 2)]),
+        "worker-3": Items.of([], [("inventory-source", 1), ("orders-sink", 3)]),
+    }
+    for i, (name, items) in enumerate(work.items(), start=1):
+        m = g.members.add(
+            member_id=f"{i}a2b3c4d-cf0d-4c5b-8897-b8c1a446dc2{i}",
+            instance_id=name,
+            url=f"http://{name}:8083",
+            member_epoch=7,
+            member_state="UnrevokedItems" if name == "worker-3" else "Stable",
+        )
+        items.to_proto(m.assignment)
+    Items.of([], [("orders-sink", 3)]).to_proto(g.members[2].revoking)
+    g.members.add(
+        member_id="9f8e7d6c-0000-4000-8000-000000000001", client_id="billing-connect", url="http://10.1.2.3:8083"
+    )
+    return g, work
+
+
+def test_the_live_view_names_workers_as_an_operator_knows_them_and_fits_80_columns() -> None:
+    ls = local_stack()
+    g, running = _busy_group()
+    text, ok = ls.view_text(g, {}, running, {}, [], now_ms=0, workers=running, width=80)
+    assert ok
+    lines = text.splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    header = next(line for line in lines if line.startswith("WORKER"))
+    assert header.split()[:3] == ["WORKER", "URL", "MEMBER"] and "RUNNING" in header and "PENDING" in header, header
+    rows = {line.split()[0]: line for line in lines if line.startswith(("worker-", "billing-"))}
+    assert list(rows) == ["worker-1", "worker-2", "worker-3", "billing-connect"], lines
+    assert rows["worker-1"].split()[2] == "1a2b3c4d" and "cf0d-4c5b" not in text  # the short member id only
+    assert "…" in rows["worker-2"]  # cut, not wrapped
+    assert "  worker-3 (3a2b3c4d): revoking orders-sink-3" in lines  # the WHY names the worker too
+    assert "ok: 8/8 connectors and tasks running, none twice" in lines
+
+
+def test_the_live_view_shows_everything_when_it_fits() -> None:
+    ls = local_stack()
+    g, running = _busy_group()
+    for width in (None, 140):
+        text, _ = ls.view_text(g, {}, running, {}, [], now_ms=0, workers=running, width=width)
+        assert "…" not in text
+        row = next(line for line in text.splitlines() if line.startswith("worker-2"))
+        assert "http://worker-2:8083" in row and "[inventory-source, inventory-source-0, orders-sink-2]" in row, row

@@ -56,7 +56,7 @@ def test_the_live_view_names_a_worker_waiting_for_its_previous_incarnation() -> 
     lines = local_stack().worker_reasons(g, statuses, now)
     assert "  worker-1: waiting for its previous incarnation's session to expire (up to 13 s)" in lines
     assert any(
-        line.startswith("  group: held orders of departed member m3 (worker-3) for the delayed rebalance")
+        line.startswith("  group: held orders of departed member worker-3 (m3) for the delayed rebalance")
         and "(in 4s)" in line
         for line in lines
     ), lines
