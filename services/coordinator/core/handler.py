@@ -110,7 +110,8 @@ class Sink:
 @dataclass
 class CoreBase:
     """The state and configuration every part of the core works on, and the steps the parts call
-    across each other (implemented in membership.py, assignment_process.py, admin.py, core.py)."""
+    across each other (implemented in membership.py, assignment_process.py and admin.py, assembled by
+    coordinator.py's GroupCoordinator)."""
 
     config: ServerConfig = field(default_factory=ServerConfig)
     # Assignors of the assignor service (name -> version range); None: no service, client-side mode only.

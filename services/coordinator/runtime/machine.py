@@ -1,7 +1,8 @@
 """The coordinator runtime without I/O: request -> records -> commit -> respond, as a synchronous object.
 
-`CoordinatorMachine` owns the order of things that `runtime.py` (asyncio + gRPC + a SQL thread) and
-the simulator (virtual time, crash points) both need, so the simulator exercises the real ordering:
+`CoordinatorMachine` owns the order of things that `asyncio_runtime.py` (asyncio + gRPC + a SQL
+thread) and the simulator (virtual time, crash points) both need, so the simulator exercises the
+real ordering:
 
 * a handler runs on the core at once (its records are applied to memory as they are emitted) and
   becomes a `Ticket`; its response is released only when its records are durable, and a request
