@@ -15,6 +15,7 @@ flag and the file: the CLIs print it and exit non-zero.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import ssl
@@ -23,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
+
+from services.common.logsafe import first_control
 
 log = logging.getLogger("connect.tls")
 
@@ -190,15 +193,81 @@ def sync_channel(address: str, tls: ClientTls | None, options: Sequence[tuple[st
     return grpc.secure_channel(address, tls.credentials(), options=list(options))
 
 
-def peer_principal(context: grpc.aio.ServicerContext) -> str:
-    """`User:<CN of the verified client certificate>`, or `User:ANONYMOUS` without one."""
+def peer_principal(context: grpc.aio.ServicerContext) -> str | None:
+    """`User:<CN>` of the verified client certificate; `User:ANONYMOUS` without one (TLS without
+    client certificates, or plaintext); None -- no principal, every ACL check fails -- when the
+    certificate's subject does not name exactly one common name (CN), or that name is empty or
+    holds control characters (NUL, newline, ESC, ... : `logsafe.CONTROL_CATEGORIES`). Before, the
+    first CN won, and grpc's CN property stops at a NUL: `CN=admin\\0alice` and `CN=admin/CN=bob`
+    were both `User:admin`. The subject (RFC 2253, as grpc gives it) is what is read."""
     try:
-        names = list(context.auth_context().get("x509_common_name") or ())
+        auth = context.auth_context()
     except Exception:  # no security context (plaintext)
         return ANONYMOUS
-    if names:
-        return "User:" + names[0].decode("utf-8", "replace")
-    return ANONYMOUS
+    subjects = list(auth.get("x509_subject") or ())
+    if not subjects:
+        return ANONYMOUS
+    names = list(auth.get("x509_common_name") or ())
+    return principal_of_subject(subjects[0], names[0] if len(names) == 1 else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def principal_of_subject(subject: bytes, common_name: bytes | None) -> str | None:
+    """`User:<the one CN of subject>`, or None (see `peer_principal`). `common_name` is grpc's CN
+    property: it must agree with the subject's."""
+    try:
+        attributes = _rfc2253_attributes(subject)
+    except ValueError:
+        return None
+    cns = [value for kind, value in attributes if kind.upper() in ("CN", "2.5.4.3", "COMMONNAME")]
+    if len(cns) != 1:
+        return None
+    try:
+        cn = cns[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not cn or first_control(cn) >= 0 or common_name is None or common_name != cns[0]:
+        return None
+    return "User:" + cn
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _rfc2253_attributes(subject: bytes) -> list[tuple[str, bytes]]:
+    """(type, value) of every attribute of an RFC 2253 name as OpenSSL prints it (`\\XX` hex
+    escapes for control and non-ASCII bytes, `\\c` for specials; `,` between RDNs, `+` inside one)."""
+    out: list[tuple[str, bytes]] = []
+    kind: str | None = None
+    value = bytearray()
+    i, n = 0, len(subject)
+    while i <= n:
+        c = subject[i] if i < n else None
+        if c is None or (c in b",+"):
+            if kind is None:
+                raise ValueError("an attribute without a type")
+            out.append((kind, bytes(value)))
+            kind, value = None, bytearray()
+        elif kind is None:
+            eq = subject.find(b"=", i)
+            if eq < 0:
+                raise ValueError("an attribute without '='")
+            kind = subject[i:eq].decode("ascii", "replace").strip()
+            i = eq
+        elif c == 0x5C:  # backslash: two hex digits (a byte) or a special character
+            pair = subject[i + 1 : i + 3]
+            if len(pair) == 2 and all(b in _HEX for b in pair):
+                value.append(int(pair, 16))
+                i += 2
+            elif i + 1 < n:
+                value.append(subject[i + 1])
+                i += 1
+            else:
+                raise ValueError("a trailing backslash")
+        else:
+            value.append(c)
+        i += 1
+    return out
 
 
 ANONYMOUS = "User:ANONYMOUS"

@@ -73,8 +73,17 @@ class CertificateAuthority:
         self.ca_file = self.dir / f"{name}.crt"
         self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, cn: str, *, server: bool = False, client: bool = True, stem: str | None = None) -> CertFiles:
-        """Write <stem>.crt and <stem>.key (replacing them: a rotation) and return their paths."""
+    def issue(
+        self,
+        cn: str,
+        *,
+        server: bool = False,
+        client: bool = True,
+        stem: str | None = None,
+        subject: x509.Name | None = None,
+    ) -> CertFiles:
+        """Write <stem>.crt and <stem>.key (replacing them: a rotation) and return their paths.
+        `subject`: instead of CN=<cn> (any attributes, several CNs, control characters)."""
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
@@ -82,7 +91,7 @@ class CertificateAuthority:
         )
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(cn))
+            .subject_name(subject if subject is not None else _name(cn))
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())

@@ -28,6 +28,7 @@ from prometheus_client import start_http_server
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
+from services.common.logsafe import escape
 from services.common.tls import ServerTls, peer_principal
 from services.coordinator.core import validation
 from services.coordinator.core.errors import ApiError, clip
@@ -35,7 +36,7 @@ from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES, Coor
 from services.coordinator.runtime.events import list_group_events
 from services.coordinator.runtime.machine import HandlerFailed
 from services.coordinator.runtime.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
-from services.coordinator.security.authorizer import METHOD_OPERATIONS, Authorizer
+from services.coordinator.security.authorizer import METHOD_OPERATIONS, NO_PRINCIPAL, Authorizer
 
 log = logging.getLogger("connect.coordinator")
 
@@ -75,6 +76,17 @@ class _RateLimitedLog:
         log.warning(message + more, *args)
 
 
+def _not_authorized(principal: str | None, method: str, group_id: str) -> str:
+    return f"{_who(principal)} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(group_id)}'"
+
+
+def _who(principal: str | None) -> str:
+    """A principal in an answer; None (a client certificate that is no identity) says why."""
+    if principal is not None:
+        return principal
+    return f"{NO_PRINCIPAL} (the client certificate's subject must name exactly one CN, without control characters)"
+
+
 def _has_message(response: Any) -> bool:
     return "error_message" in response.DESCRIPTOR.fields_by_name
 
@@ -112,24 +124,22 @@ class _Instrumented:
         if isinstance(request, Unparsable):
             self.metrics.unparsable_requests.labels(method).inc()
             peer = context.peer() if context is not None else "?"
-            self._log_unparsable("%s from %s does not parse: %s", method, peer, request.error)
+            self._log_unparsable("%s from %s does not parse: %s", method, escape(peer), escape(request.error))
             return ErrorCode.INVALID_REQUEST, f"the request does not parse: {request.error}"
         if not self.authorizer.enabled:
             return None
         principal = peer_principal(context)
         gid = request.group_id
-        if self.authorizer.allowed(principal, method, gid):
+        if self.authorizer.allowed(principal, method, gid, quiet=True):
             return None
         self._denied(method)
-        return (
-            ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            f"{principal} is not authorized to {METHOD_OPERATIONS.get(method, 'access')} group '{clip(gid)}'",
-        )
+        self.authorizer.log_denied(principal, method, (gid,))
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, _not_authorized(principal, method, gid)
 
     def _allowed(self, method: str, request: Any, context: Any) -> bool:
         """Whether the ACLs let the request's principal call `method` on its group (nothing counted
-        or logged: a refusal is left to `_refusal`)."""
-        return self.authorizer.allowed(peer_principal(context), method, request.group_id)
+        or logged: a refusal is left to `_refusal`, so a denied heartbeat is one line, not two)."""
+        return self.authorizer.allowed(peer_principal(context), method, request.group_id, quiet=True)
 
     def _serve(
         self,
@@ -309,34 +319,40 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
 
         async def guarded() -> Any:
             try:
+                # Each group once, in the order first named (a group named 200,000 times is one check).
+                group_ids = list(dict.fromkeys(request.group_ids))
                 refused: dict[str, tuple[int, str]] = {}
                 if self.authorizer.enabled:
                     principal = peer_principal(context)
-                    operation = METHOD_OPERATIONS.get(method, "access")
-                    for gid in request.group_ids:
-                        if not self.authorizer.allowed(principal, method, gid):
+                    for gid in group_ids:
+                        if not self.authorizer.allowed(principal, method, gid, quiet=True):
                             refused[gid] = (
                                 ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                                f"{principal} is not authorized to {operation} group '{clip(gid)}'",
+                                _not_authorized(principal, method, gid),
                             )
                     if refused:
-                        self._denied(method, sum(1 for gid in request.group_ids if gid in refused))
-                for gid in request.group_ids:  # groups served by another replica (SPEC §10)
+                        self._denied(method, len(refused))
+                        self.authorizer.log_denied(principal, method, list(refused))  # one line per request
+                for gid in group_ids:  # groups served by another replica (SPEC §10)
                     if gid not in refused and (elsewhere := await self.runtime.refusal(gid)) is not None:
                         refused[gid] = (elsewhere.code, str(elsewhere))
                 if not refused:
                     return await run(request)
-                allowed = [gid for gid in request.group_ids if gid not in refused]
+                allowed = [gid for gid in group_ids if gid not in refused]
                 subset = type(request)()
                 subset.CopyFrom(request)
                 del subset.group_ids[:]
                 subset.group_ids.extend(allowed)
-                answered = iter(getattr(await run(subset), field_name) if allowed else [])
+                answered = list(getattr(await run(subset), field_name)) if allowed else []
                 response = response_type()
                 out = getattr(response, field_name)
-                for gid in request.group_ids:
+                if len(answered) != len(allowed):  # the handler refused the request as a whole
+                    out.extend(answered)
+                    return response
+                by_order = iter(answered)
+                for gid in group_ids:
                     if gid not in refused:
-                        out.append(next(answered))
+                        out.append(next(by_order))
                     else:
                         code, message = refused[gid]
                         item = out.add(group_id=clip(gid), error_code=code, error_message=message)
@@ -449,11 +465,12 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             # Cluster-wide: with ACLs on, it needs Describe on every group (an ACL on group '*').
             if self.authorizer.enabled:
                 principal = peer_principal(context)
-                if not self.authorizer.allowed(principal, "DescribeCoordinators", "*"):
+                if not self.authorizer.allowed(principal, "DescribeCoordinators", "*", quiet=True):
                     self._denied("DescribeCoordinators")
+                    self.authorizer.log_denied(principal, "DescribeCoordinators", ("*",))
                     return admin_pb2.DescribeCoordinatorsResponse(
                         error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                        error_message=f"{principal} is not authorized to describe the coordinators "
+                        error_message=f"{_who(principal)} is not authorized to describe the coordinators "
                         "(needs Describe on group '*')",
                     )
             return await self.runtime.describe_coordinators()

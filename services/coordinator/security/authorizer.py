@@ -27,9 +27,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from services.common.logsafe import escape, rate_limited
 
 log = logging.getLogger("connect.coordinator.authorizer")
 
@@ -239,33 +241,64 @@ class AclFile:
         return self.rules
 
 
+NO_PRINCIPAL = "no principal"
+"""How a request without a usable identity is named in messages and logs (`tls.peer_principal` None)."""
+
+
+def principal_name(principal: str | None) -> str:
+    return principal if principal is not None else NO_PRINCIPAL
+
+
 class Authorizer:
-    """What the servicers ask: may this principal do what this method needs on this group?"""
+    """What the servicers ask: may this principal do what this method needs on this group?
+
+    A principal of None (a client certificate that names no single printable CN) is allowed
+    nothing. Each denied request is one log line (`log_denied`), its client values escaped, at most
+    one per (principal, group) every 10 s and 20 a window over all: a flood of denied requests is a
+    few lines, each saying how many like it were suppressed."""
 
     def __init__(self, acl_file: AclFile | None) -> None:
         self.acl_file = acl_file
+        self._denial_log = rate_limited(log, logging.INFO, interval_s=10.0, max_lines=20)
 
     @property
     def enabled(self) -> bool:
         return self.acl_file is not None
 
-    def allowed(self, principal: str, method: str, group_id: str) -> bool:
+    def allowed(self, principal: str | None, method: str, group_id: str, *, quiet: bool = False) -> bool:
+        """`quiet`: a denial is not logged (the caller logs it once, with `log_denied`)."""
         if self.acl_file is None:
             return True
         operation = METHOD_OPERATIONS.get(method)
         if operation is None:  # an RPC nobody mapped: fail closed
-            log.error("no ACL operation is defined for %s: denied", method)
+            log.error("no ACL operation is defined for %s: denied", escape(method, 64))
             return False
-        ok = self.acl_file.current().authorize(principal, operation, group_id)
+        ok = principal is not None and self.acl_file.current().authorize(principal, operation, group_id)
         if ok:
-            log.debug("allowed %s %s on group '%s' (%s)", principal, operation, group_id[:128], method)
-        else:
-            log.info("denied %s %s on group '%s' (%s)", principal, operation, group_id[:128], method)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("allowed %s %s on group '%s' (%s)", escape(principal), operation, escape(group_id), method)
+        elif not quiet:
+            self.log_denied(principal, method, (group_id,))
         return ok
 
-    def describable(self, principal: str) -> Callable[[str], bool]:
+    def log_denied(self, principal: str | None, method: str, group_ids: Sequence[str]) -> None:
+        """One line for a request denied on `group_ids` (rate-limited per principal and first group)."""
+        if not group_ids:
+            return
+        operation = METHOD_OPERATIONS.get(method, "access")
+        who = escape(principal_name(principal))
+        if len(group_ids) == 1:
+            groups = f"group '{escape(group_ids[0])}'"
+        else:
+            shown = ", ".join(f"'{escape(g, 64)}'" for g in group_ids[:3])
+            groups = f"{len(group_ids)} groups ({shown}{', ...' if len(group_ids) > 3 else ''})"
+        self._denial_log((principal, group_ids[0]), "denied %s %s on %s (%s)", who, operation, groups, method)
+
+    def describable(self, principal: str | None) -> Callable[[str], bool]:
         """For ListGroups: a quiet per-group check (no log line per hidden group)."""
         if self.acl_file is None:
             return lambda _gid: True
+        if principal is None:
+            return lambda _gid: False
         rules = self.acl_file.current()
         return lambda gid: rules.authorize(principal, DESCRIBE, gid)
