@@ -17,19 +17,33 @@ from services.coordinator.core.config import (
     validate_group_configs,
 )
 from services.coordinator.core.errors import ApiError, clip, invalid
-from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.core.handler import CoreBase, Result, Sink
 from services.coordinator.core.records import (
     ConnectorRecord,
     EventType,
     GroupConfig,
     GroupMetadata,
-    GroupMetadataValue,
 )
 from services.coordinator.core.state import (
     STATIC_LEAVE_EPOCH,
     Group,
 )
 from services.coordinator.core.timers import TimerKey, TimerKind
+
+# What one DescribeGroups answer may carry: well under the 64 MiB send limit.
+DESCRIBE_ANSWER_BYTES = 48 * 1024 * 1024
+
+
+def _describe_estimate(group: Group, compact: bool) -> int:
+    """An upper bound of a group's part of a DescribeGroups answer, in bytes, without building it:
+    per member its ids, url and explanations; each item (a connector, or a task: its connector's
+    name and its number) in three copies (assignment, target, pending). With task ranges a
+    connector's tasks take at most one range per member."""
+    items = 0
+    for name, tasks in group.connectors.items():
+        per_task = len(name) + 12
+        items += per_task + per_task * (min(tasks, len(group.members) + 1) if compact else tasks)
+    return 4_096 + 1_024 * len(group.members) + 3 * items
 
 
 class Admin(CoreBase):
@@ -38,9 +52,8 @@ class Admin(CoreBase):
     def _group_or_create(self, sink: Sink, group_id: str, now: int) -> Group:
         group = self.state.groups.get(group_id)
         if group is None:
-            sink.emit(GroupMetadata(group_id, GroupMetadataValue(epoch=0, group_type=GROUP_TYPE, created_ms=now)))
-            group = self.state.groups[group_id]
-            sink.event(group, EventType.GROUP_CREATED)
+            return self._create_group(sink, group_id, now)
+        group.created_by_join = False  # an operator's group now: the full empty retention
         return group
 
     def put_connector(self, req: admin_pb2.PutConnectorRequest, now_ms: int) -> Result:
@@ -257,7 +270,19 @@ class Admin(CoreBase):
         except ApiError as e:
             response.groups.add(error_code=e.code, error_message=e.message, group_state="Dead")
             return response
-        for gid in req.group_ids:
+        # Each group once, in the order first named: one request naming a group 200,000 times built a
+        # 66 MB answer (and held the loop for seconds).
+        group_ids = list(dict.fromkeys(req.group_ids))
+        if len(group_ids) > self.config.max_describe_group_ids:
+            response.groups.add(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"group_ids: {len(group_ids)} distinct groups; "
+                f"group.connect.max.describe.group.ids is {self.config.max_describe_group_ids}",
+                group_state="Dead",
+            )
+            return response
+        budget = DESCRIBE_ANSWER_BYTES
+        for gid in group_ids:
             error = self._group_id_error(gid)
             described = response.groups.add(group_id=gid if error is None else clip(gid))
             group = self.state.groups.get(gid) if error is None else None
@@ -268,6 +293,16 @@ class Admin(CoreBase):
             if group is None:
                 described.error_code = ErrorCode.GROUP_ID_NOT_FOUND
                 described.error_message = f"group '{gid}' does not exist"
+                described.group_state = "Dead"
+                continue
+            # Sized before it is built (a generous estimate), and counted as built: the answer stays
+            # under the send limit whatever the groups hold; the groups past it say so.
+            if _describe_estimate(group, req.accept_task_ranges) > budget:
+                described.error_code = ErrorCode.INVALID_REQUEST
+                described.error_message = (
+                    f"the answer would pass {DESCRIBE_ANSWER_BYTES} bytes with this group: describe it on its own"
+                    + ("" if req.accept_task_ranges else ", with accept_task_ranges")
+                )
                 described.group_state = "Dead"
                 continue
             described.group_type = group.meta.group_type
@@ -293,6 +328,7 @@ class Admin(CoreBase):
                 group.pending_of(m).to_proto(dm.pending, compact_tasks=compact_tasks)
                 explain.describe_member(dm, group, m, self.timer)
             explain.describe_group(described, group, self.timer)
+            budget -= described.ByteSize()
         return response
 
     def describe_configs(self, req: admin_pb2.DescribeConfigsRequest) -> admin_pb2.DescribeConfigsResponse:
@@ -318,7 +354,8 @@ class Admin(CoreBase):
     # ---- timers ---------------------------------------------------------------------------------
 
     def _on_retention_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
-        """An empty group (no members, no connectors) is deleted after group.connect.empty.retention."""
+        """An empty group (no members, no connectors) is deleted after group.connect.empty.retention
+        (one session timeout if nobody configured it: `_empty_retention_ms`)."""
         if group.members or group.connectors:
             return False
         self._delete_group(sink, group)

@@ -4,7 +4,7 @@ validation and installation of its result (client-side Prepare/Install, or the a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from services.coordinator.core.assignment import (
 from services.coordinator.core.config import (
     MODE_SERVICE,
 )
-from services.coordinator.core.errors import ApiError, invalid
+from services.coordinator.core.errors import ApiError, clip, invalid
 from services.coordinator.core.explain import SERVICE_LABEL
 from services.coordinator.core.handler import NUDGE_COMPUTE, CoreBase, Result, ServiceAssignment, Sink
 from services.coordinator.core.records import (
@@ -319,6 +319,7 @@ class AssignmentProcess(CoreBase):
                 group.target_owner.get,
                 inflight.snapshot_targets if unchanged_omitted else None,
             )
+            self._check_target_metadata(by_member)
         except InvalidAssignment as e:
             self._abandon_assignment(sink, group, now, f"invalid assignment: {e}", backoff=True)
             raise ApiError(ErrorCode.INVALID_ASSIGNMENT, str(e)) from None
@@ -389,6 +390,23 @@ class AssignmentProcess(CoreBase):
         self._after_change(sink, group, now)
 
     # ---- timers ---------------------------------------------------------------------------------
+
+    def _check_target_metadata(self, by_member: Mapping[str, common_pb2.MemberTarget]) -> None:
+        """The metadata an assignor hands each member is bounded like what members send: each
+        heartbeat answer carries its member's, an Assign request all of them."""
+        limit, total = self.config.max_member_metadata_bytes, 0
+        for mid, mt in by_member.items():
+            size = len(mt.metadata)
+            if size > limit:
+                raise InvalidAssignment(
+                    f"members[{clip(mid)}].metadata: {size} bytes; group.connect.max.member.metadata.bytes is {limit}"
+                )
+            total += size
+        if total > self.config.max_group_metadata_bytes:
+            raise InvalidAssignment(
+                f"members[].metadata: {total} bytes together; group.connect.max.group.metadata.bytes is "
+                f"{self.config.max_group_metadata_bytes}"
+            )
 
     def _on_assignment_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
         """The executor did not install in time -- or the backoff after a failure is over."""

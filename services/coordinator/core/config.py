@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 INT32_MAX = 2**31 - 1
+# A number in configuration: ASCII digits, an optional minus sign, nothing else. (`int()` also reads
+# full-width and other Unicode digits, surrounding whitespace, '+' and '_': '５００００' was stored raw.)
+_INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+
+
+def parse_int(raw: str, name: str) -> int:
+    """`raw` as an integer if it is ASCII digits (optionally after '-'), else ValueError naming `name`."""
+    if not _INTEGER.fullmatch(raw):
+        shown = raw if len(raw) <= 64 else raw[:64] + "..."
+        raise ValueError(f"{name} must be an integer (ASCII digits 0-9), got {shown!r}")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,16 @@ class ServerConfig:
     coordinator_partitions: int = 0
     coordinator_lease_ms: int = 10_000
     coordinator_lease_renew_interval_ms: int = 1_000
+    # Groups one coordinator (replica) holds at most: a join or PutConnector that would create one
+    # more is refused in band (GROUP_MAX_SIZE_REACHED naming the key).
+    max_groups: int = 10_000
+    # DescribeGroups: distinct group ids one request may name (repeated ids count once).
+    max_describe_group_ids: int = 1_000
+    # Assignor metadata a member may send (all its client assignors' `metadata` together), and all
+    # of a group's members' together: whatever carries it (a Prepare answer, an Assign request) stays
+    # far below the 64 MiB send limit.
+    max_member_metadata_bytes: int = 64 * 1024
+    max_group_metadata_bytes: int = 16 * 1024 * 1024
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -77,6 +99,10 @@ class ServerConfig:
         "group.coordinator.partitions": "coordinator_partitions",
         "group.coordinator.lease.ms": "coordinator_lease_ms",
         "group.coordinator.lease.renew.interval.ms": "coordinator_lease_renew_interval_ms",
+        "group.coordinator.max.groups": "max_groups",
+        "group.connect.max.describe.group.ids": "max_describe_group_ids",
+        "group.connect.max.member.metadata.bytes": "max_member_metadata_bytes",
+        "group.connect.max.group.metadata.bytes": "max_group_metadata_bytes",
     }
 
     @classmethod
@@ -87,10 +113,7 @@ class ServerConfig:
             attr = cls.KEYS.get(key)
             if attr is None:
                 raise ValueError(f"unknown configuration key '{key}' (known: {', '.join(sorted(cls.KEYS))})")
-            try:
-                values[attr] = int(raw)
-            except ValueError:
-                raise ValueError(f"{key} must be an integer, got '{raw}'") from None
+            values[attr] = parse_int(raw, key)
             if values[attr] < 0:
                 raise ValueError(f"{key} must be >= 0, got {raw}")
         config = cls(**values)
@@ -118,6 +141,10 @@ class ServerConfig:
             "max_rebalance_timeout_ms",
             "push_nudges_per_second",
             "max_push_streams",
+            "max_groups",
+            "max_describe_group_ids",
+            "max_member_metadata_bytes",
+            "max_group_metadata_bytes",
         ):
             if getattr(self, attr) < 1:
                 raise ValueError(f"{by_attr[attr]} must be >= 1")
@@ -132,6 +159,14 @@ class ServerConfig:
             )
         if self.max_id_length < 36:
             raise ValueError("group.connect.max.id.length must be >= 36 (member ids are UUIDs)")
+        if self.max_group_metadata_bytes > 48 * 1024 * 1024:
+            raise ValueError(
+                "group.connect.max.group.metadata.bytes must be at most 50331648 (48 MiB: answers carry it)"
+            )
+        if self.max_member_metadata_bytes > self.max_group_metadata_bytes:
+            raise ValueError(
+                "group.connect.max.member.metadata.bytes must be at most group.connect.max.group.metadata.bytes"
+            )
         if self.max_request_bytes > INT32_MAX:
             raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
 
@@ -187,9 +222,9 @@ def validate_group_configs(
         if name not in new:
             return
         try:
-            value = int(new[name])
-        except ValueError:
-            raise GroupConfigError(f"{name} must be an integer, got '{new[name]}'") from None
+            value = parse_int(new[name], name)
+        except ValueError as e:
+            raise GroupConfigError(str(e)) from None
         if not low <= value <= high:
             raise GroupConfigError(f"{name} must be between {low} and {high}, got {value}")
 

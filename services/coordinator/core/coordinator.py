@@ -77,10 +77,22 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
             sink.event(group, EventType.GROUP_STABLE)
         key = TimerKey(TimerKind.RETENTION, group.group_id)
         if not group.members and not group.connectors:
-            if self.timer.deadline(key) is None:
-                self.timer.schedule(key, now + self.config.empty_retention_ms)
+            short = group.created_by_join
+            if self.timer.deadline(key) is None or (group.short_retention and not short):
+                # (an operator configured it since its short wait began: the full retention, from now)
+                group.short_retention = short
+                self.timer.schedule(key, now + self._empty_retention_ms(group))
         else:
             self.timer.cancel(key)
+
+    def _empty_retention_ms(self, group: Group) -> int:
+        """How long an Empty group without connectors is kept: group.connect.empty.retention.ms --
+        unless only joins ever made it (no operator's PutConnector or AlterConfigs), then one session
+        timeout, enough for its workers to restart and find their epochs: a flood of joins under
+        fresh group ids leaves nothing behind for days."""
+        if group.created_by_join:
+            return min(self.config.empty_retention_ms, self.session_timeout_ms(group))
+        return self.config.empty_retention_ms
 
     def load(self, records: Iterable[Record], now_ms: int) -> Result:
         """Rebuild memory from stored records (the same replay as live handling), then re-arm what is

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connect.coordinator.v1 import assignor_pb2
+from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
@@ -23,7 +24,15 @@ from services.coordinator.core.config import (
     ServerConfig,
     effective_group_configs,
 )
-from services.coordinator.core.records import EventType, MemberState, RebalanceEvent, Record
+from services.coordinator.core.errors import ApiError, clip
+from services.coordinator.core.records import (
+    EventType,
+    GroupMetadata,
+    GroupMetadataValue,
+    MemberState,
+    RebalanceEvent,
+    Record,
+)
 from services.coordinator.core.state import CoordinatorState, Group, Member
 from services.coordinator.core.timers import Timer
 
@@ -144,6 +153,22 @@ class CoreBase:
         """The group's assignment.mode; for a group not created yet, the server default."""
         overrides = group.configs if group is not None else {}
         return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
+
+    def _create_group(self, sink: Sink, group_id: str, now: int) -> Group:
+        """A new group (a first join, or an operator's PutConnector / AlterConfigs --create): refused
+        in band once this coordinator holds group.coordinator.max.groups groups, so that no client
+        can fill memory, the database and the next restart's load with groups."""
+        held = len(self.state.groups)
+        if held >= self.config.max_groups:
+            raise ApiError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"group '{clip(group_id)}' not created: this coordinator holds {held} groups "
+                f"(group.coordinator.max.groups is {self.config.max_groups})",
+            )
+        sink.emit(GroupMetadata(group_id, GroupMetadataValue(epoch=0, group_type=GROUP_TYPE, created_ms=now)))
+        group = self.state.groups[group_id]
+        sink.event(group, EventType.GROUP_CREATED)
+        return group
 
     def _nudge_waiting(self, sink: Sink, group: Group, released: Items) -> None:
         """`released` are free now: nudge the members whose target has them and who wait for them

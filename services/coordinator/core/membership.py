@@ -20,14 +20,12 @@ from services.coordinator.core.config import (
     MODE_SERVICE,
 )
 from services.coordinator.core.errors import ApiError, invalid
-from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.core.handler import CoreBase, Result, Sink
 from services.coordinator.core.reconciliation import next_assignment
 from services.coordinator.core.records import (
     AssignorSpec,
     CurrentAssignment,
     EventType,
-    GroupMetadata,
-    GroupMetadataValue,
     HeldAssignment,
     MemberMetadata,
     MemberMetadataValue,
@@ -41,6 +39,7 @@ from services.coordinator.core.state import (
     Group,
     Member,
     assignors_key,
+    metadata_bytes,
 )
 from services.coordinator.core.timers import TimerKey, TimerKind
 
@@ -270,9 +269,8 @@ class Membership(CoreBase):
         mid = req.member_id or self.new_member_id()
 
         if group is None:
-            sink.emit(GroupMetadata(req.group_id, GroupMetadataValue(epoch=0, group_type=GROUP_TYPE, created_ms=now)))
-            group = self.state.groups[req.group_id]
-            sink.event(group, EventType.GROUP_CREATED)
+            group = self._create_group(sink, req.group_id, now)
+            group.created_by_join = True
 
         if replacing is not None:
             # A static member coming back: it takes the old member's place, epoch and assignment,
@@ -367,6 +365,19 @@ class Membership(CoreBase):
         """Whether the group, with `joining`'s list in place of `leaving`'s (a join, a static member
         taking its place back, a member changing its assignors), can still select an assignor -- and
         one that someone can compute. Reads the group's counted lists: O(distinct lists), not O(members)."""
+        size = metadata_bytes(joining)
+        limit = self.config.max_member_metadata_bytes
+        if size > limit:
+            raise invalid(
+                f"client_assignors: {size} bytes of assignor metadata; group.connect.max.member.metadata.bytes is {limit}"
+            )
+        if group is not None:
+            total = group.metadata_bytes - (metadata_bytes(leaving.meta) if leaving is not None else 0) + size
+            if total > self.config.max_group_metadata_bytes:
+                raise invalid(
+                    f"client_assignors: the group's members would send {total} bytes of assignor metadata together; "
+                    f"group.connect.max.group.metadata.bytes is {self.config.max_group_metadata_bytes}"
+                )
         own = assignors_key(joining)
         lists = dict(group.assignor_lists) if group is not None else {}
         if leaving is not None:

@@ -202,6 +202,13 @@ class Group:
     process: AssignmentProcessState = field(default_factory=AssignmentProcessState)
     # Volatile: the last assignment epoch a `group_stable` event was written for.
     stable_logged_epoch: int = -1
+    # Volatile: created by a join and not touched by an operator since (no PutConnector, no
+    # AlterConfigs); unknown after a restart (False). Such a group, once Empty, is kept one session
+    # timeout, not group.connect.empty.retention.ms; `short_retention`: its timer was set so.
+    created_by_join: bool = False
+    short_retention: bool = False
+    # Assignor metadata bytes of all its members (group.connect.max.group.metadata.bytes).
+    metadata_bytes: int = 0
 
     @property
     def epoch(self) -> int:
@@ -413,7 +420,15 @@ def assignors_key(meta: MemberMetadataValue) -> AssignorKey:
     return tuple((a.name, a.minimum_version, a.maximum_version) for a in meta.assignors)
 
 
+def metadata_bytes(meta: MemberMetadataValue) -> int:
+    """The assignor metadata a member sent (all its client assignors' together)."""
+    return sum(len(a.metadata) for a in meta.assignors)
+
+
 def _count_assignors(group: Group, meta: MemberMetadataValue, delta: int) -> None:
+    """A member's metadata comes (+1) or goes (-1): the group's counted assignor lists and its
+    members' metadata bytes follow."""
+    group.metadata_bytes += delta * metadata_bytes(meta)
     key = assignors_key(meta)
     n = group.assignor_lists.get(key, 0) + delta
     if n:
