@@ -126,22 +126,24 @@ def test_a_flood_of_fresh_groups_is_capped_and_retired_and_the_live_group_runs_t
     done()
 
 
-def test_describe_naming_a_group_200000_times_answers_it_once(live: tuple[ManagedProcess, Admin, Fleet]) -> None:
+def test_describe_naming_a_group_200000_times_is_refused_unread_and_repeats_are_answered_once(
+    live: tuple[ManagedProcess, Admin, Fleet],
+) -> None:
     coordinator, admin, fleet = live
     done = _keeps_its_work(fleet, admin.expected())
     with grpc.insecure_channel(coordinator.address) as channel:
         admin_stub = admin_pb2_grpc.ConnectGroupAdminStub(channel)
         request = admin_pb2.DescribeGroupsRequest(group_ids=["live"] * 200_000)
         assert request.ByteSize() > 1_000_000
-        resp = admin_stub.DescribeGroups(request, timeout=30)
-        assert [g.group_id for g in resp.groups] == ["live"]
-        assert resp.groups[0].error_code == ErrorCode.NONE and len(resp.groups[0].members) == 1
-        assert resp.ByteSize() < 10_000
-        many = admin_stub.DescribeGroups(
-            admin_pb2.DescribeGroupsRequest(group_ids=[f"g{i}" for i in range(1_001)]), timeout=30
-        )
-        assert [g.error_code for g in many.groups] == [ErrorCode.INVALID_REQUEST]
-        assert "group.connect.max.describe.group.ids is 1000" in many.groups[0].error_message
+        for _ in range(6):
+            resp = admin_stub.DescribeGroups(request, timeout=30)
+            assert [(g.error_code, g.error_message) for g in resp.groups] == [
+                (ErrorCode.INVALID_REQUEST, "group_ids: 200000 ids; group.connect.max.describe.group.ids is 1000")
+            ]
+        repeated = admin_stub.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["live"] * 1_000), timeout=30)
+        assert [g.group_id for g in repeated.groups] == ["live"]
+        assert repeated.groups[0].error_code == ErrorCode.NONE and len(repeated.groups[0].members) == 1
+        assert repeated.ByteSize() < 10_000
     done()
 
 

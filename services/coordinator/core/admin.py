@@ -270,17 +270,18 @@ class Admin(CoreBase):
         except ApiError as e:
             response.groups.add(error_code=e.code, error_message=e.message, group_state="Dead")
             return response
-        # Each group once, in the order first named: one request naming a group 200,000 times built a
-        # 66 MB answer (and held the loop for seconds).
-        group_ids = list(dict.fromkeys(req.group_ids))
-        if len(group_ids) > self.config.max_describe_group_ids:
+        # Capped before any id is read (reading 200,000 ids alone takes ~80 ms), then each group once,
+        # in the order first named: one request naming a group 200,000 times built a 66 MB answer and
+        # held the loop for seconds.
+        limit = self.config.max_describe_group_ids
+        if len(req.group_ids) > limit:
             response.groups.add(
                 error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"group_ids: {len(group_ids)} distinct groups; "
-                f"group.connect.max.describe.group.ids is {self.config.max_describe_group_ids}",
+                error_message=f"group_ids: {len(req.group_ids)} ids; group.connect.max.describe.group.ids is {limit}",
                 group_state="Dead",
             )
             return response
+        group_ids = list(dict.fromkeys(req.group_ids))
         budget = DESCRIBE_ANSWER_BYTES
         for gid in group_ids:
             error = self._group_id_error(gid)
