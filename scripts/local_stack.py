@@ -68,6 +68,10 @@ class StartError(Exception):
     """The stack cannot start: one line for the operator (no traceback)."""
 
 
+class Stopped(Exception):
+    """Ctrl-C (or SIGTERM) came while the scenario was waiting: it ends there."""
+
+
 def listener_pid(port: int) -> int | None:
     """The pid of a process listening on TCP `port` (from /proc), if it can be seen."""
     inodes = set()
@@ -391,6 +395,7 @@ class Stack:
         self.run_dir.mkdir(parents=True)
         self.procs: list[Proc] = []
         self.workers: dict[str, Proc] = {}
+        self.stopping = False  # set by Ctrl-C / SIGTERM; the scenario's waits end at once
 
     # ---- processes -----------------------------------------------------------------------------
 
@@ -530,13 +535,21 @@ class Stack:
         print(f"{stamp}\n{text}\n", flush=True)
         return ok
 
+    def pause(self, seconds: float) -> None:
+        """Sleep, unless the stack is told to stop (then Stopped, within a tenth of a second)."""
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+        if self.stopping:
+            raise Stopped
+
     def wait(self, predicate: Any, timeout_s: float, note: str) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.show(note)
             if predicate(self.describe(), self.running()):
                 return True
-            time.sleep(1.0)
+            self.pause(1.0)
         return False
 
     # ---- scenario ----------------------------------------------------------------------------------
@@ -552,7 +565,7 @@ class Stack:
                 print(f">>> {text}", flush=True)
             else:
                 self.show("scenario")
-            time.sleep(2)
+            self.pause(2)
 
         say(
             "Three workers start and join. The coordinator bumps the group epoch for each; the assignor "
@@ -580,7 +593,7 @@ class Stack:
         )
         before = self.describe().group_epoch
         self.workers["worker-3"].signal(signal.SIGUSR1)
-        self.workers["worker-3"].proc.wait(30)
+        self.wait(lambda g, r: self.workers["worker-3"].proc.poll() is not None, 30, "worker-3 restarting")
         self.start_worker("worker-3")
         self.wait(lambda g, r: converged(g, r) and bool(r.get("worker-3")), 60, "worker-3 bounced")
         after = self.describe().group_epoch
@@ -609,11 +622,9 @@ def main() -> int:
     except StartError as e:
         print(f"local stack: {e}", file=sys.stderr)
         return 1
-    stopping = False
 
     def on_signal(_sig: int, _frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
+        stack.stopping = True
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -630,11 +641,13 @@ def main() -> int:
             flush=True,
         )
         if args.scenario:
-            stack.scenario()
+            with contextlib.suppress(Stopped):
+                stack.scenario()
         started = time.monotonic()
-        while not stopping and (args.duration is None or time.monotonic() - started < args.duration):
-            ok = stack.show("live view (Ctrl-C stops everything; a fresh database each run)") and ok
-            time.sleep(1.0)
+        with contextlib.suppress(Stopped):
+            while args.duration is None or time.monotonic() - started < args.duration:
+                ok = stack.show("live view (Ctrl-C stops everything; a fresh database each run)") and ok
+                stack.pause(1.0)
     finally:
         print("stopping: workers leave the group, then the assignor and the coordinator shut down", flush=True)
         stack.stop()

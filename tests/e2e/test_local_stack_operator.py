@@ -5,8 +5,10 @@ run starts clean whatever the previous one left behind."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from connect.coordinator.v1 import admin_pb2
@@ -139,3 +141,32 @@ def test_the_live_view_shows_everything_when_it_fits() -> None:
         assert "…" not in text
         row = next(line for line in text.splitlines() if line.startswith("worker-2"))
         assert "http://worker-2:8083" in row and "[inventory-source, inventory-source-0, orders-sink-2]" in row, row
+
+
+def test_ctrl_c_during_the_scenario_stops_the_stack_at_once(tmp_path: Path) -> None:
+    """The scenario waits up to a minute per step; Ctrl-C must not wait for it to end."""
+    stack = subprocess.Popen(
+        [*stack_command(tmp_path), "--scenario", "--no-view"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert stack.stdout is not None
+        for line in stack.stdout:
+            if line.startswith(">>> A worker joins"):  # the scenario is under way, waiting on worker-4
+                break
+        else:
+            raise AssertionError(f"the scenario did not start (exit {stack.wait(10)})")
+        started = time.monotonic()
+        stack.send_signal(signal.SIGINT)
+        rest, _ = stack.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if stack.poll() is None:
+            stack.kill()
+            stack.wait(10)
+    assert stack.returncode == 0, rest[-3000:]
+    assert "stopping: workers leave the group" in rest, rest[-3000:]
+    assert ">>> A worker dies" not in rest, rest[-3000:]  # the scenario went no further
+    assert took < 8, f"took {took:.1f} s to stop"
