@@ -34,16 +34,20 @@ def first_control(value: str) -> int:
     return next((i for i, c in enumerate(value) if is_control(c)), -1)
 
 
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as an escape (`\\n`, `\\x1b`, `\\u2028`)."""
+    if first_control(text) < 0:
+        return text
+    return "".join(repr(c)[1:-1] if is_control(c) else c for c in text)
+
+
 def escape(value: object, limit: int = 256) -> str:
-    """`value` as text with every control character written as an escape (`\\n`, `\\x1b`,
-    `\\u2028`), cut to `limit` characters (with `...` and the full length when cut)."""
+    """`value` as text for a log line: control characters escaped, cut to `limit` characters (then
+    with `...` and the full length)."""
     text = value if isinstance(value, str) else str(value)
-    cut = len(text) > limit
-    if cut:
-        text = text[:limit]
-    if first_control(text) >= 0:
-        text = "".join(repr(c)[1:-1] if is_control(c) else c for c in text)
-    return f"{text}...({len(value) if isinstance(value, str) else '?'} chars)" if cut else text
+    if len(text) <= limit:
+        return escape_controls(text)
+    return f"{escape_controls(text[:limit])}...({len(text)} chars)"
 
 
 class KeyedRateLimit:

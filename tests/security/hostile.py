@@ -16,11 +16,16 @@ from cryptography.x509.oid import NameOID
 
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from tests.fixtures.coordinator import CoordinatorProcess
+from tests.fixtures.coordinator import FAST_SETTINGS, CoordinatorProcess
 from tests.fixtures.processes import Processes
 from tests.security.certs import CertFiles, CertificateAuthority
 from tests.security.conftest import Pki
 
+# The fixtures' fast settings, with a session long enough that a busy CI machine does not expire
+# the live worker's (the attack must be what takes its work, if anything does).
+LIVE_SETTINGS = [s for s in FAST_SETTINGS if not s.startswith("group.connect.session.timeout.ms=")] + [
+    "group.connect.session.timeout.ms=8000"
+]
 LIVE_GROUP = "live"
 LIVE_WORK = {"connectors": ["L"], "tasks": [["L", 0], ["L", 1]]}
 

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from connect.coordinator.v1 import admin_pb2, common_pb2
 from services.common import compact
+from services.common.logsafe import escape_controls
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -83,7 +84,9 @@ def terminal_width(out: TextIO | None = None) -> int | None:
 
 
 def cut(text: str, width: int | None) -> str:
-    """`text` in at most `width` characters, ending in '…' when cut."""
+    """`text` in at most `width` characters, ending in '…' when cut; control characters escaped
+    (`\\x1b`, `\\n`: a stored group id cannot move the cursor or start a line of its own)."""
+    text = escape_controls(text)
     if width is None or len(text) <= width:
         return text
     return text[: max(0, width - 1)] + ELLIPSIS if width > 0 else ""
@@ -92,6 +95,7 @@ def cut(text: str, width: int | None) -> str:
 def wrap(line: str, width: int | None, indent: str = "    ") -> list[str]:
     """A line of prose in `width` columns; continuation lines indented (a word longer than the
     width is cut)."""
+    line = escape_controls(line)
     if width is None or len(line) <= width:
         return [line]
     lead = line[: len(line) - len(line.lstrip())]
@@ -107,7 +111,7 @@ def table(
     """Columns separated by two spaces. With a width, the widest columns are narrowed first and
     their cells cut with '…': the others before those in `keep` (indexes), each down to its
     header's width, then to 3 characters; a line still too wide is cut at the width."""
-    cells = [list(map(str, headers))] + [[str(c) for c in r] for r in rows]
+    cells = [list(map(str, headers))] + [[escape_controls(str(c)) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     if width is not None:
         excess = sum(widths) + 2 * (len(widths) - 1) - width

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from services.common import compact
+from services.common.logsafe import first_control
 from services.coordinator.core.config import ServerConfig
 from services.coordinator.core.errors import clip, invalid
 from services.coordinator.core.state import HandedOut
@@ -21,8 +22,8 @@ DEFAULTS = ServerConfig()
 
 
 def check_text(value: str, field: str, max_length: int, what: str = "") -> None:
-    """A string the database will store: bounded, no NUL (PostgreSQL refuses it in text and JSON),
-    encodable as UTF-8 (no lone surrogates)."""
+    """A string the database will store: bounded, no NUL (PostgreSQL refuses it in text and JSON) nor
+    other control character (`logsafe.CONTROL_CATEGORIES`), encodable as UTF-8 (no lone surrogates)."""
     if len(value) > max_length:
         raise invalid(f"{field} must be at most {max_length} characters{what}, got {len(value)}")
     if "\x00" in value:
@@ -32,6 +33,12 @@ def check_text(value: str, field: str, max_length: int, what: str = "") -> None:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise invalid(f"{field} is not valid UTF-8 (it contains a lone surrogate)") from None
+    at = first_control(value)
+    if at >= 0:  # a newline forged log lines, an ESC repainted the terminal of `connect-groups list`
+        raise invalid(
+            f"{field} must not contain control characters (U+{ord(value[at]):04X} at position {at}: "
+            "newlines, ESC, other C0/C1 controls, Unicode format characters and line separators)"
+        )
 
 
 def check_id(value: str, field: str, *, required: bool = True, cfg: ServerConfig = DEFAULTS) -> None:
@@ -179,7 +186,7 @@ def check_alter_configs(req: admin_pb2.AlterConfigsRequest, cfg: ServerConfig) -
     check_count(len(req.set) + len(req.delete), "set + delete", cfg)
     for i, entry in enumerate(req.set):
         check_id(entry.name, f"set[{i}].name", cfg=cfg)
-        check_text(entry.value, f"set[{i}].value", cfg.max_id_length, " (group.connect.max.id.length)")
+        check_text(entry.value, f"set[{i}].value ({entry.name})", cfg.max_id_length, " (group.connect.max.id.length)")
     for i, name in enumerate(req.delete):
         check_id(name, f"delete[{i}]", cfg=cfg)
 

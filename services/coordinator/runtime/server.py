@@ -555,10 +555,61 @@ class RunningServer:
             self._metrics_http.shutdown()
 
 
+# The health services are unauthenticated (Kubernetes probes cannot do TLS; on the main port any
+# client may ask): what they may hold is bounded. 80,000 Watch streams took a coordinator to 1.9 GB.
+HEALTH_MAX_WATCHES = 1_000  # Watch streams open at once on the main port; beyond: RESOURCE_EXHAUSTED
+HEALTH_PORT_MAX_CONNECTIONS = 64  # connections to --health-listen (a probe opens one and closes it)
+HEALTH_PORT_MAX_RPCS = 64  # RPCs in progress on --health-listen; beyond: RESOURCE_EXHAUSTED
+_HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+
+class BoundedHealthServicer(health_aio.HealthServicer):
+    """grpc's health servicer with Watch bounded: at most `max_watches` streams at once (beyond,
+    RESOURCE_EXHAUSTED), and a Watch for a service this server does not serve answers
+    SERVICE_UNKNOWN once and ends (grpc's keeps every such stream, and a condition per name)."""
+
+    def __init__(self, max_watches: int = HEALTH_MAX_WATCHES) -> None:
+        super().__init__()
+        self.max_watches = max_watches
+        self.watches = 0
+
+    async def Watch(self, request: Any, context: Any) -> None:
+        if request.service not in self._server_status:
+            await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
+            return
+        if self.watches >= self.max_watches:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.watches} health watches are open (the limit): use Check"
+            )
+        self.watches += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self.watches -= 1
+
+
 async def start_health_server(health_servicer: Any, listen: str) -> tuple[grpc.aio.Server, int]:
-    """The plaintext health-only server of `--health-listen` (Kubernetes gRPC probes cannot do TLS)."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    """The plaintext server of `--health-listen` (Kubernetes gRPC probes cannot do TLS): Health/Check
+    alone (Watch and everything else: UNIMPLEMENTED), to at most HEALTH_PORT_MAX_CONNECTIONS
+    connections with HEALTH_PORT_MAX_RPCS calls in progress, small messages, idle connections closed."""
+    server = grpc.aio.server(
+        maximum_concurrent_rpcs=HEALTH_PORT_MAX_RPCS,
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_allowed_incoming_connections", HEALTH_PORT_MAX_CONNECTIONS),
+            ("grpc.max_concurrent_streams", 4),
+            ("grpc.max_receive_message_length", 4096),
+            ("grpc.max_connection_idle_ms", 30_000),
+            ("grpc.max_connection_age_ms", 300_000),
+            ("grpc.max_connection_age_grace_ms", 5_000),
+        ],
+    )
+    check = grpc.unary_unary_rpc_method_handler(
+        health_servicer.Check,
+        request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_HEALTH_SERVICE, {"Check": check}),))
     host, port = split_address(listen)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -588,14 +639,14 @@ async def start_server(
     guard: Any = _ParseGuard(server)
     coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime, authorizer), guard)
     admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime, authorizer), guard)
-    health_servicer = health_aio.HealthServicer()
+    health_servicer = BoundedHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection_enabled if reflection_enabled is not None else tls is None:
         reflection.enable_server_reflection(
             (
                 COORDINATOR_SERVICE,
                 ADMIN_SERVICE,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                _HEALTH_SERVICE,
             ),
             server,
         )
