@@ -9,7 +9,7 @@ except ModuleNotFoundError as e:  # run by an interpreter without the project's 
         raise
     print(
         f"python -m simulator: {sys.executable} lacks the project's dependencies (no module named '{e.name}'); "
-        "run .venv/bin/python -m simulator, or connect-simulator (installed by `make setup`) "
+        "run .venv/bin/python -m simulator, or connect-simulator (installed by `make up` and `make setup`) "
         "from the project's virtualenv",
         file=sys.stderr,
     )

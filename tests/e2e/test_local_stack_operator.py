@@ -71,7 +71,7 @@ def test_each_run_starts_clean_after_a_run_with_more_static_workers(tmp_path: Pa
     )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     second = subprocess.run(
-        [*stack_command(tmp_path), "--workers", "3", "--duration", "4"], capture_output=True, text=True, timeout=120
+        [*stack_command(tmp_path), "--workers", "3", "--duration", "8"], capture_output=True, text=True, timeout=120
     )
     assert second.returncode == 0, second.stdout[-3000:]
     assert "ok: 8/8 connectors and tasks running, none twice" in second.stdout, second.stdout[-3000:]
