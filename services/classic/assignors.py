@@ -31,6 +31,20 @@ Items are connectors by name and tasks as ``TaskId(connector, task)``; results a
 worker's items, candidate workers) this module walks them sorted, so that one input always gives one
 answer: members by id, items in their natural order (connectors by name, tasks by connector then
 number). Time is injected (``now_ms``); there is no clock here.
+
+Where this differs from Kafka (trunk of October 2024, 1eb7644349cb), on purpose:
+
+* Connect may revoke, for balance, lost items it handed to a candidate worker earlier in the same
+  round (``handleLostAssignments`` runs before the load-balancing revocations), i.e. items that
+  worker never ran. The state here is Connect's (those items count as revoked and go out in the
+  follow-up rebalance), but a member's ``revoked`` names only items it runs (``owned``); for a
+  Connect worker stopping the others is a no-op anyway.
+* The answer's ``config_offset`` is the leader's snapshot offset whenever the leader is not behind.
+  Kafka answers with the members' highest offset unless it had to refresh its snapshot; the two
+  are equal when the caller passes the snapshot the leader joined with, as Connect does.
+* Hash orders are replaced by sorted ones (above), and names sort by code point (Java compares
+  UTF-16 units: the order differs only between characters above U+FFFF and U+E000..U+FFFF).
+* ``last_completed_generation`` is passed in (Connect reads it from its coordinator).
 """
 
 from __future__ import annotations
