@@ -336,7 +336,9 @@ class ConnectWorkerClient:
                 self._member_known.clear()
                 await self._member_known.wait()  # set by _step once the member is in the group
                 continue
-            request = coordinator_pb2.ConnectGroupWatchRequest(group_id=self.member.config.group_id, member_id=mid)
+            request = coordinator_pb2.ConnectGroupWatchRequest(
+                group_id=self.member.config.group_id, member_id=mid, member_epoch=self.member.member_epoch
+            )
             address, stub = await self._target()
             call = stub.ConnectGroupWatch(request)
             self._watch_call, self._watch_mid, self._watch_address = call, mid, address

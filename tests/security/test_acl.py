@@ -114,7 +114,7 @@ def test_heartbeat_prepare_install_need_read(stack: Stack) -> None:
     assert gone.error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
     # The push stream needs Read too: a denied one is refused in-band on its first message.
-    watch = coordinator_pb2.ConnectGroupWatchRequest(group_id="team-a", member_id=mid)
+    watch = coordinator_pb2.ConnectGroupWatchRequest(group_id="team-a", member_id=mid, member_epoch=epoch)
     refused = list(ops.coord.ConnectGroupWatch(watch, timeout=10))
     assert [n.error_code for n in refused] == [DENIED] and "User:ops" in refused[0].error_message
     allowed = alice.coord.ConnectGroupWatch(watch, timeout=10)

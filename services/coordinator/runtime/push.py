@@ -7,8 +7,15 @@ heartbeats at once. A nudge carries nothing that must be trusted: it only moves 
 * Coalesced: a member has at most one nudge waiting; more nudges before it is sent are one nudge.
 * Bounded: nudges leave at most `rate` per second over all streams (a token bucket), so a change
   that concerns 1,000 members does not bring 1,000 heartbeats in the same millisecond.
-* One stream per member: a new stream for the same member replaces the old one; the number of
-  streams is capped (`max_streams`).
+* Only for members: the server opens a stream only for a member of the group presenting its current
+  epoch (`server.CoordinatorServicer._watch_refusal`).
+* One stream per member, never taken over: a new stream for the same member replaces the open one
+  only when both come from the same principal (the member reconnecting: its old connection may not
+  be known dead yet); from another principal the new one is refused and the open one kept. Without
+  TLS every client is the same principal (`User:ANONYMOUS`): the current epoch is the proof then.
+* Bounded: at most `max_streams` streams in all and `max_per_principal` per principal (a stream
+  costs ~20 KB; 100,050 of them took 2 GB); beyond, the stream is refused and the member is
+  heartbeat-paced.
 * The nudge-to-heartbeat latency is measured from the moment a nudge is sent to the member's next
   heartbeat.
 """
@@ -32,10 +39,11 @@ NUDGE_STREAM_OPENED = "stream_opened"
 class Stream:
     """One member's open stream: the reason of the nudge waiting to be sent, if any."""
 
-    __slots__ = ("_wakeup", "closed", "key", "reason")
+    __slots__ = ("_wakeup", "closed", "key", "principal", "reason")
 
-    def __init__(self, key: StreamKey) -> None:
+    def __init__(self, key: StreamKey, principal: str = "") -> None:
         self.key = key
+        self.principal = principal
         self.reason: str | None = None
         self.closed = False
         self._wakeup = asyncio.Event()
@@ -68,12 +76,25 @@ class TooManyStreams(Exception):
     pass
 
 
+class StreamHeld(Exception):
+    """The member's stream is open from another principal: the open one is kept."""
+
+
 class NudgeHub:
-    def __init__(self, metrics: CoordinatorMetrics, *, max_streams: int = 100_000, rate: float = 2_000.0) -> None:
+    def __init__(
+        self,
+        metrics: CoordinatorMetrics,
+        *,
+        max_streams: int = 20_000,
+        rate: float = 2_000.0,
+        max_per_principal: int = 10_000,
+    ) -> None:
         self.metrics = metrics
         self.max_streams = max_streams
+        self.max_per_principal = max_per_principal
         self.rate = rate
         self._streams: dict[StreamKey, Stream] = {}
+        self._per_principal: dict[str, int] = {}
         # When each member was last nudged, until its next heartbeat (for the latency histogram).
         self._sent: dict[StreamKey, float] = {}
         # A burst of a tenth of a second's worth (at least one): what a small group needs at once.
@@ -84,18 +105,30 @@ class NudgeHub:
     def __len__(self) -> int:
         return len(self._streams)
 
-    def open(self, group_id: str, member_id: str) -> Stream:
+    def open(self, group_id: str, member_id: str, principal: str = "") -> Stream:
+        """A stream for the member (the caller checked it is one, at its current epoch). Raises
+        StreamHeld when its stream is open from another principal, TooManyStreams beyond a bound."""
         key = (group_id, member_id)
-        old = self._streams.pop(key, None)
+        old = self._streams.get(key)
         if old is not None:
-            old.close()
-        elif self._closing or len(self._streams) >= self.max_streams:
+            if old.principal != principal:
+                raise StreamHeld(f"member '{member_id}' has its push stream open from another principal")
+            self.close(old)  # the member reconnecting
+        if self._closing:
+            raise TooManyStreams("the coordinator is shutting down")
+        if len(self._streams) >= self.max_streams:
             raise TooManyStreams(
-                "the coordinator is shutting down"
-                if self._closing
-                else f"{len(self._streams)} push streams are open (the limit): heartbeat-paced meanwhile"
+                f"{len(self._streams)} push streams are open, group.connect.max.push.streams "
+                f"= {self.max_streams}: heartbeat-paced meanwhile"
             )
-        stream = self._streams[key] = Stream(key)
+        mine = self._per_principal.get(principal, 0)
+        if mine >= self.max_per_principal:
+            raise TooManyStreams(
+                f"{mine} push streams of this principal are open, group.connect.max.push.streams.per.principal "
+                f"= {self.max_per_principal}: heartbeat-paced meanwhile"
+            )
+        stream = self._streams[key] = Stream(key, principal)
+        self._per_principal[principal] = mine + 1
         self.metrics.push_streams.set(len(self._streams))
         return stream
 
@@ -104,6 +137,11 @@ class NudgeHub:
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
             self._sent.pop(stream.key, None)
+            left = self._per_principal[stream.principal] - 1
+            if left:
+                self._per_principal[stream.principal] = left
+            else:
+                del self._per_principal[stream.principal]
             self.metrics.push_streams.set(len(self._streams))
 
     def close_all(self) -> None:

@@ -35,7 +35,7 @@ from services.coordinator.core.errors import ApiError, clip
 from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 from services.coordinator.runtime.events import list_group_events
 from services.coordinator.runtime.machine import HandlerFailed
-from services.coordinator.runtime.push import NUDGE_STREAM_OPENED, NudgeHub, TooManyStreams
+from services.coordinator.runtime.push import NUDGE_STREAM_OPENED, NudgeHub, StreamHeld, TooManyStreams
 from services.coordinator.security.authorizer import METHOD_OPERATIONS, NO_PRINCIPAL, Authorizer
 
 log = logging.getLogger("connect.coordinator")
@@ -232,13 +232,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
             yield refused
             return
         hub = self.runtime.nudges
+        principal = peer_principal(context)
         try:
-            stream = hub.open(request.group_id, request.member_id)
-        except TooManyStreams as e:
-            self.metrics.rpc.result(method, "COORDINATOR_NOT_AVAILABLE")
-            yield coordinator_pb2.ConnectGroupWatchResponse(
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)
+            if principal is None:  # a certificate that is no identity: no stream (even without ACLs)
+                raise StreamHeld(_who(None) + ": no push stream")
+            stream = hub.open(request.group_id, request.member_id, principal)
+        except (TooManyStreams, StreamHeld) as e:
+            code = (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE
+                if isinstance(e, TooManyStreams)
+                else ErrorCode.GROUP_AUTHORIZATION_FAILED
             )
+            self.metrics.rpc.result(method, ERROR_NAMES[code])
+            yield coordinator_pb2.ConnectGroupWatchResponse(error_code=code, error_message=str(e))
             return
         self.metrics.rpc.result(method, "NONE")
         # A first nudge at once: whatever was nudged before the stream opened (a join races its
@@ -264,8 +270,27 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
         if refused is None and (elsewhere := await self.runtime.refusal(request.group_id)) is not None:
             refused = elsewhere.code, str(elsewhere)  # the group is served by another replica
         if refused is None:
+            refused = self._not_a_member(request)
+        if refused is None:
             return None
         return coordinator_pb2.ConnectGroupWatchResponse(error_code=refused[0], error_message=refused[1])
+
+    def _not_a_member(self, request: Any) -> tuple[ErrorCode, str] | None:
+        """A stream is only for a member of the group at its current epoch: streams for members that
+        do not exist (100,050 were opened, 2 GB) or for a member an old epoch names are refused."""
+        group = self.core.state.groups.get(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if member is None:
+            return (
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member '{request.member_id}' is not a member of group '{request.group_id}': no push stream",
+            )
+        if member.member_epoch != request.member_epoch:
+            return (
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"member_epoch {request.member_epoch} is not the member's current epoch: no push stream",
+            )
+        return None
 
     async def ConnectGroupPrepareAssignment(self, request: Any, context: Any) -> Any:
         return await self._serve(
@@ -636,6 +661,7 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ]
     )
+    runtime.nudges.max_per_principal = runtime.coordinator.config.max_push_streams_per_principal
     guard: Any = _ParseGuard(server)
     coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime, authorizer), guard)
     admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime, authorizer), guard)

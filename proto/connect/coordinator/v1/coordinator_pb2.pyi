@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ConnectGroupWatchRequest(_message.Message):
-    __slots__ = ("group_id", "member_id")
+    __slots__ = ("group_id", "member_id", "member_epoch")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+    member_epoch: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
 
 class ConnectGroupWatchResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "reason")
