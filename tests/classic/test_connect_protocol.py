@@ -397,7 +397,7 @@ def test_a_huge_count_fails_before_allocating() -> None:
         (ConnectAssignment(0, 0, "l", "u", 0, delay_ms=5), "assignment: protocol version 0 (default) has no revoked"),
         (ConnectAssignment(1, 0, "l", "u", 0, tasks=(TaskId("c", -1),)), "assignment.tasks[0]: task number -1 is"),
         (
-            ConnectAssignment(1, 0, "l", "u", 0, revoked_tasks=(("c", 1), ("c", -1))),
+            ConnectAssignment(1, 0, "l", "u", 0, revoked_tasks=(TaskId("c", 1), TaskId("c", -1))),
             "assignment.revoked_tasks[1]: task",
         ),
         (ConnectAssignment(1, 2**15, "l", "u", 0), "assignment.error: 32768 is not an int16"),
