@@ -135,6 +135,7 @@ class CoordinatorRuntime:
         self.nudges = NudgeHub(
             self.metrics,
             max_streams=coordinator.config.max_push_streams,
+            max_per_principal=coordinator.config.max_push_streams_per_principal,
             rate=coordinator.config.push_nudges_per_second,
         )
         if assignors is not None:

@@ -390,6 +390,16 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
         return await self._call(method, response_type, guarded, _first_group_error, authorized=True)
 
     async def DescribeGroups(self, request: Any, context: Any) -> Any:
+        describe = self.core.describe_groups
+        if not isinstance(request, Unparsable) and len(request.group_ids) > self.core.config.max_describe_group_ids:
+            # Refused by the core before any id is read or authorized (reading 200,000 takes ~80 ms).
+            return await self._call(
+                "DescribeGroups",
+                admin_pb2.DescribeGroupsResponse,
+                lambda: self.runtime.read(describe, request),
+                _first_group_error,
+                authorized=True,
+            )
         return await self._per_group(
             "DescribeGroups",
             request,
@@ -661,7 +671,6 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    runtime.nudges.max_per_principal = runtime.coordinator.config.max_push_streams_per_principal
     guard: Any = _ParseGuard(server)
     coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime, authorizer), guard)
     admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime, authorizer), guard)
