@@ -75,6 +75,13 @@ class ServerConfig:
     # far below the 64 MiB send limit.
     max_member_metadata_bytes: int = 64 * 1024
     max_group_metadata_bytes: int = 16 * 1024 * 1024
+    # The classic protocol (SPEC §12, Kafka's group.initial.rebalance.delay.ms and
+    # group.min/max.session.timeout.ms): how long the first rebalance of an empty classic group waits
+    # for more members (again, up to the rebalance timeout, while they keep coming), and the session
+    # timeouts a classic member may ask for.
+    classic_initial_rebalance_delay_ms: int = 3_000
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -107,6 +114,9 @@ class ServerConfig:
         "group.connect.max.describe.group.ids": "max_describe_group_ids",
         "group.connect.max.member.metadata.bytes": "max_member_metadata_bytes",
         "group.connect.max.group.metadata.bytes": "max_group_metadata_bytes",
+        "group.classic.initial.rebalance.delay.ms": "classic_initial_rebalance_delay_ms",
+        "group.classic.min.session.timeout.ms": "classic_min_session_timeout_ms",
+        "group.classic.max.session.timeout.ms": "classic_max_session_timeout_ms",
     }
 
     @classmethod
@@ -174,6 +184,19 @@ class ServerConfig:
             )
         if self.max_request_bytes > INT32_MAX:
             raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
+        self._check_classic()
+
+    def _check_classic(self) -> None:
+        """The classic protocol's keys (SPEC §12)."""
+        if self.classic_initial_rebalance_delay_ms > self.max_rebalance_timeout_ms:
+            raise ValueError(
+                "group.classic.initial.rebalance.delay.ms must be at most group.connect.max.rebalance.timeout.ms"
+            )
+        if not 1 <= self.classic_min_session_timeout_ms <= self.classic_max_session_timeout_ms <= INT32_MAX:
+            raise ValueError(
+                "group.classic.min.session.timeout.ms must be >= 1 and at most group.classic.max.session.timeout.ms "
+                f"(itself at most {INT32_MAX})"
+            )
 
 
 # Dynamic group configuration names (SPEC §2).

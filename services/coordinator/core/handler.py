@@ -58,6 +58,31 @@ class Nudge:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicWait:
+    """A classic JoinGroup or SyncGroup that waits for the rebalance (SPEC §12): the handler's
+    response when it has no answer yet. The runtime parks the call under (`group_id`, `token`) and
+    answers it with the `ClassicAnswer` that names the same token, or with an error of its own when
+    the group is unloaded or reloaded (the core forgets who waits then; the member calls again)."""
+
+    group_id: str
+    member_id: str
+    kind: str  # "join" or "sync"
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicAnswer:
+    """The answer to a parked classic call (`ClassicWait` with the same group and token), in
+    `Result.answers`: released, like the effects, only once the records of the change that produced
+    it are durable."""
+
+    group_id: str
+    member_id: str
+    token: int
+    response: Any  # a JoinGroupResponse or a SyncGroupResponse
+
+
 NUDGE_COMPUTE = "compute_assignment"
 NUDGE_TARGET = "target_changed"
 NUDGE_RELEASED = "items_released"
@@ -72,6 +97,9 @@ class Result:
     records: list[Record]
     response: Any = None
     effects: list[Effect] = field(default_factory=list)
+    # Answers to parked classic calls (SPEC §12): released like the effects, once the records are
+    # durable (and never if they are lost), each to the call parked under its token.
+    answers: list[ClassicAnswer] = field(default_factory=list)
 
 
 class Sink:
@@ -82,6 +110,7 @@ class Sink:
         self.now_ms = now_ms
         self.records: list[Record] = []
         self.effects: list[Effect] = []
+        self.answers: list[ClassicAnswer] = []
         # Groups this handler changed or logged something for (group_stable is only checked for them).
         self.touched: set[str] = set()
         # The member whose request this is: its response tells it everything, so it is never nudged.
@@ -92,7 +121,19 @@ class Sink:
         self.records.append(record)
         self.touched.add(record.group_id)
 
-    def event(self, group: Group, event: EventType, member_id: str = "", member_epoch: int = 0, **details: Any) -> None:
+    def event(
+        self,
+        group: Group,
+        event: EventType,
+        member_id: str = "",
+        member_epoch: int = 0,
+        *,
+        epochs: tuple[int, int] | None = None,
+        **details: Any,
+    ) -> None:
+        """Log an event; `epochs` (group, assignment) stand in for the group's own (a classic group's
+        generation, SPEC §12 rule 7)."""
+        group_epoch, assignment_epoch = epochs if epochs is not None else (group.epoch, group.assignment_epoch)
         self.touched.add(group.group_id)
         self.records.append(
             RebalanceEvent(
@@ -100,8 +141,8 @@ class Sink:
                 time_ms=self.now_ms,
                 event=event,
                 member_id=member_id,
-                group_epoch=group.epoch,
-                assignment_epoch=group.assignment_epoch,
+                group_epoch=group_epoch,
+                assignment_epoch=assignment_epoch,
                 member_epoch=member_epoch,
                 details=details,
             )
@@ -113,7 +154,7 @@ class Sink:
             self.effects.append(Nudge(group_id, members, reason))
 
     def result(self, response: Any = None) -> Result:
-        return Result(self.records, response, self.effects)
+        return Result(self.records, response, self.effects, self.answers)
 
 
 @dataclass
@@ -258,4 +299,7 @@ class CoreBase:
         raise NotImplementedError
 
     def _delete_group(self, sink: Sink, group: Group) -> None:
+        raise NotImplementedError
+
+    def _classic_yield_to_connect(self, sink: Sink, group: Group) -> None:
         raise NotImplementedError

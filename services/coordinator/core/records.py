@@ -8,7 +8,8 @@ ones, so a log may be compacted to the last record per key.
 
 Shapes follow seed 001's records (group metadata, connectors, member metadata, target assignment,
 current member assignment, group configuration), plus two of our own: ``HeldAssignment`` (work of
-a fenced member that may still be running it) and ``RebalanceEvent`` (the append-only event log).
+a fenced member that may still be running it) and ``RebalanceEvent`` (the append-only event log),
+and the classic protocol's (SPEC §12): ``ClassicGroupMetadata`` and ``ClassicMemberMetadata``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,44 @@ class CurrentAssignmentValue:
     # per-member sequence is gone: a delayed copy of a heartbeat sent before a revocation was
     # requested can then never acknowledge it.
     request_sequence: int = -1
+
+
+class ClassicGroupState(enum.StrEnum):
+    """A classic group's state (Kafka's ClassicGroupState, as Kafka spells them)."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupValue:
+    """A classic group (SPEC §12): its generation, protocol and leader, and its state. Written at
+    every change of state, generation or leader, so a restart keeps the generation the members were
+    told (Kafka writes it only once the leader's assignment is stored: a failover mid-rebalance went
+    back a generation)."""
+
+    generation: int
+    state: ClassicGroupState
+    protocol_type: str = ""  # "" until a member joined
+    protocol_name: str = ""  # the protocol chosen for the generation; "" while Empty
+    leader: str = ""  # the leader's member id; "" without members
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberValue:
+    """A member of a classic group: what it sent in its JoinGroup and what the leader assigned it."""
+
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    # (name, metadata) in the member's order of preference.
+    protocols: tuple[tuple[str, bytes], ...]
+    # Its assignment from the leader's SyncGroup (b"": none yet).
+    assignment: bytes = b""
+    joined_ms: int = 0
 
 
 # ---- records (key fields, then value; value None = tombstone) ----------------------------------
@@ -279,6 +318,45 @@ class GroupConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicGroupMetadata:
+    """A classic group's generation, protocol, leader and state. The group itself is GroupMetadata's
+    (type `classic`); this record's tombstone ends its classic part and comes after its members'
+    tombstones (no cascade: a member row left behind would bring the classic part back on replay)."""
+
+    group_id: str
+    value: ClassicGroupValue | None
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("classic_group", self.group_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member of a classic group (tombstone: it left, expired or missed a rebalance)."""
+
+    group_id: str
+    member_id: str
+    value: ClassicMemberValue | None
+
+    @property
+    def key(self) -> RecordKey:
+        """The compaction key: a newer record with the same key replaces this one."""
+        return ("classic_member", self.group_id, self.member_id)
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes what its key names."""
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
 class RebalanceEvent:
     """Append-only event log entry; written in the same transaction as the change it records.
     Not part of the replayed state."""
@@ -306,6 +384,8 @@ Record = (
     | CurrentAssignment
     | HeldAssignment
     | GroupConfig
+    | ClassicGroupMetadata
+    | ClassicMemberMetadata
     | RebalanceEvent
 )
 
@@ -319,6 +399,10 @@ STATE_RECORD_TYPES = (
     HeldAssignment,
     GroupConfig,
 )
+
+# The classic protocol's state records (SPEC §12). Not yet in STATE_RECORD_TYPES: storage does not
+# store them yet (its tables are a later step of issue 35), and STATE_RECORD_TYPES is what it stores.
+CLASSIC_RECORD_TYPES = (ClassicGroupMetadata, ClassicMemberMetadata)
 
 
 def record_key(record: Record) -> RecordKey | None:
@@ -348,3 +432,9 @@ class EventType(enum.StrEnum):
     GROUP_DELETED = "group_deleted"
     # Every member at the assignment epoch with nothing pending (the analytics job's `stable_at`).
     GROUP_STABLE = "group_stable"
+    # Classic groups (SPEC §12): a rebalance began (with its reason), the join phase ended with a new
+    # generation (the same reason, the protocol, the leader, the members), the leader's assignment
+    # was stored. Members joining, leaving and expiring use the events above.
+    CLASSIC_REBALANCE_STARTED = "classic_rebalance_started"
+    GENERATION_BUMPED = "generation_bumped"
+    CLASSIC_ASSIGNMENT_INSTALLED = "classic_assignment_installed"

@@ -17,6 +17,11 @@ from services.common.items import EMPTY, Items
 from services.coordinator.core.item_index import ItemIndex, ItemKey
 from services.coordinator.core.records import (
     AssignorSpec,
+    ClassicGroupMetadata,
+    ClassicGroupState,
+    ClassicGroupValue,
+    ClassicMemberMetadata,
+    ClassicMemberValue,
     ConnectorRecord,
     CurrentAssignment,
     CurrentAssignmentValue,
@@ -175,6 +180,78 @@ class AssignmentProcessState:
 
 
 @dataclass(slots=True)
+class ClassicMember:
+    """A member of a classic group: its stored value, and what the protocol keeps in memory only."""
+
+    member_id: str
+    value: ClassicMemberValue
+    # Volatile: its session deadline (re-armed on load, with its own session timeout).
+    session_deadline_ms: int = 0
+    # Volatile: joined in the rebalance under way and not yet through a join phase (Kafka's isNew):
+    # its parked JoinGroup does not keep it alive -- it expires at the new-member join timeout.
+    is_new: bool = False
+
+
+@dataclass(slots=True)
+class ClassicGroup:
+    """The classic protocol's part of a group (SPEC §12, Kafka's ClassicGroup). `value` and
+    `members` are what the records replay to; the rest is volatile -- who waits for an answer, who
+    must still sync, the pending member ids, the initial delay -- and a restart forgets it: a member
+    whose JoinGroup or SyncGroup was parked calls again (as after a Kafka coordinator failover)."""
+
+    value: ClassicGroupValue = field(default_factory=lambda: ClassicGroupValue(0, ClassicGroupState.EMPTY))
+    members: dict[str, ClassicMember] = field(default_factory=dict)
+    # Derived by replay: how many members support each protocol name, and the protocols' metadata
+    # bytes of all members together (group.connect.max.group.metadata.bytes).
+    protocol_counts: dict[str, int] = field(default_factory=dict)
+    metadata_bytes: int = 0
+    # Volatile: members whose JoinGroup / SyncGroup is parked -> the token the runtime holds the
+    # call under (`ClassicWait`); answered by `ClassicAnswer` effects.
+    awaiting_join: dict[str, int] = field(default_factory=dict)
+    awaiting_sync: dict[str, int] = field(default_factory=dict)
+    # Volatile: member ids handed out with MEMBER_ID_REQUIRED -> their deadline to join with it.
+    pending: dict[str, int] = field(default_factory=dict)
+    # Volatile: members that must still send SyncGroup for the current generation.
+    pending_sync: set[str] = field(default_factory=set)
+    # Volatile: the initial rebalance of an empty group (delay, remaining) while it runs; whether a
+    # member joined since the delay was last (re)armed.
+    initial_delay: tuple[int, int] | None = None
+    new_member_added: bool = False
+    # Volatile: why the rebalance under way began (the generation_bumped event says it).
+    rebalance_reason: str = ""
+
+    @property
+    def state(self) -> ClassicGroupState:
+        return self.value.state
+
+    @property
+    def generation(self) -> int:
+        return self.value.generation
+
+    def all_joined(self) -> bool:
+        """Kafka's hasAllMembersJoined: every member waits in JoinGroup and no handed-out id is pending."""
+        return len(self.awaiting_join) == len(self.members) and not self.pending
+
+    def rebalance_timeout_ms(self) -> int:
+        """The group's rebalance timeout: the largest of its members'."""
+        return max((m.value.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def durable(self) -> tuple[Any, ...]:
+        """What the stored records describe, and what replay derives from it."""
+        return (
+            self.value,
+            {mid: m.value for mid, m in sorted(self.members.items())},
+            dict(sorted(self.protocol_counts.items())),
+            self.metadata_bytes,
+        )
+
+
+def classic_metadata_bytes(value: ClassicMemberValue) -> int:
+    """The protocol metadata a classic member sent (all its protocols' together)."""
+    return sum(len(metadata) for _, metadata in value.protocols)
+
+
+@dataclass(slots=True)
 class Group:
     group_id: str
     meta: GroupMetadataValue
@@ -209,6 +286,9 @@ class Group:
     short_retention: bool = False
     # Assignor metadata bytes of all its members (group.connect.max.group.metadata.bytes).
     metadata_bytes: int = 0
+    # A classic group's classic part (SPEC §12; its GroupMetadata says type `classic`); None for a
+    # `connect` group. Connectors and configs stay the group's own, whatever its protocol.
+    classic: ClassicGroup | None = None
 
     @property
     def epoch(self) -> int:
@@ -375,6 +455,36 @@ class CoordinatorState:
         else:
             group.configs[r.name] = r.value
 
+    def _classic_group(self, r: ClassicGroupMetadata) -> None:
+        group = self._group(r.group_id)
+        if r.value is None:
+            group.classic = None
+            return
+        if group.classic is None:
+            group.classic = ClassicGroup(r.value)
+        else:
+            group.classic.value = r.value
+
+    def _classic_member(self, r: ClassicMemberMetadata) -> None:
+        group = self._group(r.group_id)
+        classic = group.classic
+        if classic is None:
+            if r.value is None:
+                return  # (the classic part ended before: nothing to remove)
+            # (a partial load: the member's row before its group's)
+            classic = group.classic = ClassicGroup()
+        old = classic.members.get(r.member_id)
+        if old is not None:
+            _count_protocols(classic, old.value, -1)
+        if r.value is None:
+            classic.members.pop(r.member_id, None)
+            return
+        if old is None:
+            classic.members[r.member_id] = ClassicMember(r.member_id, r.value)
+        else:
+            old.value = r.value
+        _count_protocols(classic, r.value, 1)
+
     def _event(self, r: RebalanceEvent) -> None:
         pass  # the event log is not state
 
@@ -411,6 +521,8 @@ _REPLAY: dict[type, Callable[[CoordinatorState, Any], None]] = {
     TargetMetadata: CoordinatorState._target_metadata,
     HeldAssignment: CoordinatorState._held_assignment,
     GroupConfig: CoordinatorState._group_config,
+    ClassicGroupMetadata: CoordinatorState._classic_group,
+    ClassicMemberMetadata: CoordinatorState._classic_member,
     RebalanceEvent: CoordinatorState._event,
 }
 
@@ -437,6 +549,18 @@ def _count_assignors(group: Group, meta: MemberMetadataValue, delta: int) -> Non
         del group.assignor_lists[key]
 
 
+def _count_protocols(classic: ClassicGroup, value: ClassicMemberValue, delta: int) -> None:
+    """A classic member's protocols come (+1) or go (-1): the counts per name and the metadata bytes follow."""
+    classic.metadata_bytes += delta * classic_metadata_bytes(value)
+    counts = classic.protocol_counts
+    for name, _ in value.protocols:
+        n = counts.get(name, 0) + delta
+        if n:
+            counts[name] = n
+        else:
+            del counts[name]
+
+
 # ---- the durable view: what the stored records describe -------------------------------------------
 
 DURABLE_PARTS = (
@@ -451,6 +575,7 @@ DURABLE_PARTS = (
     "target_owner",
     "assignor_lists",
     "unsettled",
+    "classic",
 )
 
 
@@ -472,6 +597,7 @@ def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
             dict(g.target_owner),
             dict(g.assignor_lists),
             g.unsettled,
+            g.classic.durable() if g.classic is not None else None,
         )
     return out
 

@@ -27,6 +27,10 @@ class TimerKind(enum.StrEnum):
     ASSIGNMENT = "assignment"  # the assignment in flight: its deadline, or the backoff after a failure
     SCHEDULED = "scheduled"  # a delayed rebalance (the assignor's rebalance_delay_ms)
     RETENTION = "retention"  # an empty group: deleted after group.connect.empty.retention
+    # The classic protocol (SPEC §12):
+    CLASSIC_SESSION = "classic_session"  # a classic member's (or a handed-out member id's) session
+    CLASSIC_JOIN = "classic_join"  # the join phase: the rebalance timeout, or the initial delay
+    CLASSIC_SYNC = "classic_sync"  # members that must send SyncGroup for the new generation
 
 
 class TimerKey(NamedTuple):
