@@ -24,6 +24,7 @@ from typing import ClassVar
 
 from services.coordinator.core.admin import Admin
 from services.coordinator.core.assignment_process import AssignmentProcess
+from services.coordinator.core.classic import ClassicGroups
 from services.coordinator.core.handler import GROUP_TYPE, Effect, Nudge, Result, ServiceAssignment, Sink
 from services.coordinator.core.membership import Membership
 from services.coordinator.core.records import EventType, MemberState, Record
@@ -34,8 +35,9 @@ __all__ = ["GROUP_TYPE", "Effect", "GroupCoordinator", "Nudge", "Result", "Servi
 
 
 @dataclass
-class GroupCoordinator(Membership, AssignmentProcess, Admin):
-    """The core: every handler of the wire and admin APIs, the timers, and recovery."""
+class GroupCoordinator(Membership, AssignmentProcess, Admin, ClassicGroups):
+    """The core: every handler of the wire and admin APIs (the classic protocol's too), the timers,
+    and recovery."""
 
     def poll(self, now_ms: int) -> Result:
         """Fire every timer due at `now_ms`: session expiry, revocation timeout, release of held work,
@@ -58,6 +60,9 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
         TimerKind.ASSIGNMENT: AssignmentProcess._on_assignment_deadline,
         TimerKind.SCHEDULED: AssignmentProcess._on_scheduled_rebalance,
         TimerKind.RETENTION: Admin._on_retention_deadline,
+        TimerKind.CLASSIC_SESSION: ClassicGroups._on_classic_session_deadline,
+        TimerKind.CLASSIC_JOIN: ClassicGroups._on_classic_join_deadline,
+        TimerKind.CLASSIC_SYNC: ClassicGroups._on_classic_sync_deadline,
     }
 
     def next_deadline(self) -> int | None:
@@ -66,17 +71,18 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
     def _after_change(self, sink: Sink, group: Group, now: int) -> None:
         if self.state.groups.get(group.group_id) is not group:
             return
-        self._maybe_start_assignment(sink, group, now)
-        self._nudge_epoch_laggards(sink, group)
-        if (
-            group.group_id in sink.touched
-            and group.stable_logged_epoch != group.assignment_epoch
-            and group.state() == STABLE
-        ):
-            group.stable_logged_epoch = group.assignment_epoch
-            sink.event(group, EventType.GROUP_STABLE)
+        if group.classic is None:
+            self._maybe_start_assignment(sink, group, now)
+            self._nudge_epoch_laggards(sink, group)
+            if (
+                group.group_id in sink.touched
+                and group.stable_logged_epoch != group.assignment_epoch
+                and group.state() == STABLE
+            ):
+                group.stable_logged_epoch = group.assignment_epoch
+                sink.event(group, EventType.GROUP_STABLE)
         key = TimerKey(TimerKind.RETENTION, group.group_id)
-        if not group.members and not group.connectors:
+        if not group.members and not group.connectors and self._classic_is_empty(group):
             short = group.created_by_join
             if self.timer.deadline(key) is None or (group.short_retention and not short):
                 # (an operator configured it since its short wait began: the full retention, from now)
@@ -123,6 +129,10 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin):
         return sink.result()
 
     def _rearm(self, sink: Sink, group: Group, now_ms: int) -> None:
+        if group.classic is not None:  # a classic group's members keep their own session timeouts
+            self._classic_rearm(group, now_ms)
+            self._after_change(sink, group, now_ms)
+            return
         # When each member last heartbeat, and which session timeout it was told then, is not
         # stored; the timeout may have been lowered since (group config, server default). A member
         # must not be expired (its work freed) before it stops that work on its own, so the first

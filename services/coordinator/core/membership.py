@@ -266,6 +266,8 @@ class Membership(CoreBase):
                     f"group.connect.max.members.per.group is {self.config.max_members_per_group}",
                 )
         self._check_assignors(group, replacing, meta)
+        if group is not None and group.classic is not None:
+            self._classic_yield_to_connect(sink, group)  # SPEC §12: an empty classic group becomes connect
         mid = req.member_id or self.new_member_id()
 
         if group is None:
