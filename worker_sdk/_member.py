@@ -80,6 +80,8 @@ RETRIABLE_ERRORS = frozenset(
         # handled but its answer may be lost, so the full request that follows resynchronises.
         ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        # Over its request quota: the answer is the coordinator's "later" (retried with backoff).
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
     }
 )
 FENCING_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})

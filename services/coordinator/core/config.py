@@ -82,6 +82,10 @@ class ServerConfig:
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_min_session_timeout_ms: int = 6_000
     classic_max_session_timeout_ms: int = 1_800_000
+    # Kafka-style request quotas (runtime/quotas.py): requests per second per principal (or per
+    # client host without one), a burst of one second's worth; over it answers are delayed up to
+    # 1 s, then refused in band (THROTTLING_QUOTA_EXCEEDED). 0: no quota.
+    principal_request_rate: int = 5_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -117,6 +121,7 @@ class ServerConfig:
         "group.classic.initial.rebalance.delay.ms": "classic_initial_rebalance_delay_ms",
         "group.classic.min.session.timeout.ms": "classic_min_session_timeout_ms",
         "group.classic.max.session.timeout.ms": "classic_max_session_timeout_ms",
+        "group.coordinator.principal.request.rate": "principal_request_rate",
     }
 
     @classmethod

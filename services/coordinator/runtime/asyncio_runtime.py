@@ -40,6 +40,7 @@ from services.coordinator.runtime.machine import CoordinatorMachine, HandlerFail
 from services.coordinator.runtime.metrics import CoordinatorMetrics
 from services.coordinator.runtime.partitions import Route, RouteKind, Scan
 from services.coordinator.runtime.push import NudgeHub
+from services.coordinator.runtime.quotas import RequestQuotas
 from services.coordinator.runtime.replicas import Replica, monotonic_ms
 from services.storage import Storage
 from services.storage.leases import FencedError
@@ -132,6 +133,7 @@ class CoordinatorRuntime:
         self.metrics = metrics or CoordinatorMetrics()
         self.metrics.watch_state(lambda: self.coordinator.state)
         # Push streams (SPEC §11): nudges are sent once the change they announce is durable.
+        self.quotas = RequestQuotas(coordinator.config.principal_request_rate)
         self.nudges = NudgeHub(
             self.metrics,
             max_streams=coordinator.config.max_push_streams,

@@ -172,6 +172,16 @@ class CoordinatorMetrics:
             "Groups reloaded from storage because a commit touching them failed.",
             registry=r,
         )
+        self.quota_throttled = Counter(
+            f"{PREFIX}_quota_throttled_total",
+            "Requests over their client's request quota whose answer was delayed (up to 1 s).",
+            registry=r,
+        )
+        self.quota_refused = Counter(
+            f"{PREFIX}_quota_refused_total",
+            "Requests refused unhandled: their client was over its request quota by more than 1 s.",
+            registry=r,
+        )
         self.authorization_failures = Counter(
             f"{PREFIX}_authorization_failures_total",
             "Requests (or groups of a multi-group request) denied by the ACLs, by method.",

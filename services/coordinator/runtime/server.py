@@ -13,6 +13,7 @@ plaintext `health_listen` then serves the health service alone (for Kubernetes p
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -29,7 +30,7 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, c
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
 from services.common.logsafe import escape
-from services.common.tls import ServerTls, peer_principal
+from services.common.tls import ANONYMOUS, ServerTls, peer_principal
 from services.coordinator.core import validation
 from services.coordinator.core.errors import ApiError, clip
 from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
@@ -44,6 +45,9 @@ COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupC
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
 
 
+_OVER_QUOTA = (
+    "over the request quota (group.coordinator.principal.request.rate) by more than 1 s of throttling; retry later"
+)
 ERROR_NAMES = {value: name for name, value in ErrorCode.items()}
 _NONE = ERROR_NAMES[ErrorCode.NONE]
 _HEARTBEAT = "ConnectGroupHeartbeat"
@@ -114,6 +118,21 @@ class _Instrumented:
         self.metrics = runtime.metrics
         self.authorizer = authorizer or Authorizer(None)
         self._log_unparsable = _RateLimitedLog()
+        self.quotas = runtime.quotas
+
+    def _quota_wait(self, context: Any) -> float | None:
+        """Charge one request to its client's quota (runtime/quotas.py): the seconds its answer must
+        wait (0.0: none), or None: refuse it. The client is its principal, or its host without one."""
+        if not self.quotas.rate or context is None:
+            return 0.0
+        principal = peer_principal(context)
+        key = principal if principal not in (ANONYMOUS, None) else "host:" + context.peer().rpartition(":")[0]
+        wait = self.quotas.admit(key)
+        if wait is None:
+            self.metrics.quota_refused.inc()
+        elif wait:
+            self.metrics.quota_throttled.inc()
+        return wait
 
     def _denied(self, method: str, count: int = 1) -> None:
         self.metrics.authorization_failures.labels(method).inc(count)
@@ -149,11 +168,17 @@ class _Instrumented:
         response_type: type,
         run: Callable[[Any], Awaitable[Any]],
         error_of: Callable[[Any], int] | None = None,
+        *,
+        charged: bool = False,
     ) -> Awaitable[Any]:
-        """Parse check, then authorization, then the handler; every outcome is measured. (Returns
-        the measured call for the servicer to await: one coroutine fewer on the hot path.)"""
+        """Quota, parse check, then authorization, then the handler; every outcome is measured.
+        (Returns the measured call for the servicer to await: one coroutine fewer on the hot path.)
+        `charged`: the caller already charged the request to its client's quota."""
+        quota_context = None if charged else context
         if not self.authorizer.enabled and not isinstance(request, Unparsable):  # the hot path: nothing to check
-            return self._call(method, response_type, functools.partial(run, request), error_of, authorized=True)
+            return self._call(
+                method, response_type, functools.partial(run, request), error_of, authorized=True, context=quota_context
+            )
 
         async def guarded() -> Any:
             refused = self._refusal(method, request, context)
@@ -162,7 +187,7 @@ class _Instrumented:
             code, message = refused
             return _in_band_error(response_type, None if isinstance(request, Unparsable) else request, code, message)
 
-        return self._call(method, response_type, guarded, error_of, authorized=True)
+        return self._call(method, response_type, guarded, error_of, authorized=True, context=quota_context)
 
     async def _call(
         self,
@@ -172,10 +197,19 @@ class _Instrumented:
         error_of: Callable[[Any], int] | None = None,
         *,
         authorized: bool = False,
+        context: Any = None,
     ) -> Any:
         """Run and measure. `authorized`: the caller went through `_serve`/`_per_group` (or filters
-        like ListGroups); with ACLs on, an RPC that did not is denied (fails closed)."""
+        like ListGroups); with ACLs on, an RPC that did not is denied (fails closed). With
+        `context`, the request is charged to its client's quota first (throttled or refused)."""
         started = time.perf_counter()
+        wait = self._quota_wait(context)
+        if wait is None:
+            response = _in_band_error(response_type, None, ErrorCode.THROTTLING_QUOTA_EXCEEDED, _OVER_QUOTA)
+            self.metrics.rpc.record(method, "THROTTLING_QUOTA_EXCEEDED", time.perf_counter() - started)
+            return response
+        if wait:
+            await asyncio.sleep(wait)
         try:
             if self.authorizer.enabled and not authorized:
                 log.error("%s is not routed through authorization (use _serve): denied", method)
@@ -196,6 +230,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
     # Each method: parse check, authorization (Read), then the handler.
     async def ConnectGroupHeartbeat(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
+        wait = self._quota_wait(context)
+        if wait is None:
+            self.metrics.rpc.record(_HEARTBEAT, "THROTTLING_QUOTA_EXCEEDED", time.perf_counter() - started)
+            return _HEARTBEAT_RESPONSE(error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=_OVER_QUOTA)
+        if wait:
+            await asyncio.sleep(wait)
         if not isinstance(request, Unparsable) and (
             not self.authorizer.enabled or self._allowed(_HEARTBEAT, request, context)
         ):
@@ -209,8 +249,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
                 self.runtime.nudges.heartbeat_seen(request)
                 self.metrics.rpc.record(_HEARTBEAT, _NONE, time.perf_counter() - started)
                 return response
-        # Anything else, or refused: the full path (with ACLs, authorized again there).
-        return await self._serve(_HEARTBEAT, request, context, _HEARTBEAT_RESPONSE, self._heartbeat)
+        # Anything else, or refused: the full path (with ACLs, authorized again there; the quota is
+        # charged once: no context for it).
+        return await self._serve(_HEARTBEAT, request, context, _HEARTBEAT_RESPONSE, self._heartbeat, charged=True)
 
     def _heartbeat(self, r: Any) -> Awaitable[Any]:
         if r.HasField("client_assignors"):  # a join or a change: is every name known?
@@ -331,7 +372,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                     response.groups.extend(kept)
             return response
 
-        return await self._call("ListGroups", admin_pb2.ListGroupsResponse, run, authorized=True)
+        return await self._call("ListGroups", admin_pb2.ListGroupsResponse, run, authorized=True, context=context)
 
     async def _per_group(
         self, method: str, request: Any, context: Any, response_type: type, field_name: str, run: Callable[[Any], Any]
@@ -387,7 +428,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             except NotAvailable as e:
                 return _in_band_error(response_type, request, e.code, str(e))
 
-        return await self._call(method, response_type, guarded, _first_group_error, authorized=True)
+        return await self._call(method, response_type, guarded, _first_group_error, authorized=True, context=context)
 
     async def DescribeGroups(self, request: Any, context: Any) -> Any:
         describe = self.core.describe_groups
@@ -399,6 +440,7 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                 lambda: self.runtime.read(describe, request),
                 _first_group_error,
                 authorized=True,
+                context=context,
             )
         return await self._per_group(
             "DescribeGroups",
@@ -510,7 +552,9 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                     )
             return await self.runtime.describe_coordinators()
 
-        return await self._call("DescribeCoordinators", admin_pb2.DescribeCoordinatorsResponse, run, authorized=True)
+        return await self._call(
+            "DescribeCoordinators", admin_pb2.DescribeCoordinatorsResponse, run, authorized=True, context=context
+        )
 
 
 def _deny_unrouted(response_type: type, method: str) -> Callable[[], Any]:

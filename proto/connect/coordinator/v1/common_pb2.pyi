@@ -28,6 +28,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMBER_ID_REQUIRED: _ClassVar[ErrorCode]
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
     FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
+    THROTTLING_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
     FENCED_MEMBER_EPOCH: _ClassVar[ErrorCode]
     UNRELEASED_INSTANCE_ID: _ClassVar[ErrorCode]
     UNSUPPORTED_ASSIGNOR: _ClassVar[ErrorCode]
@@ -53,6 +54,7 @@ GROUP_ID_NOT_FOUND: ErrorCode
 MEMBER_ID_REQUIRED: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
 FENCED_INSTANCE_ID: ErrorCode
+THROTTLING_QUOTA_EXCEEDED: ErrorCode
 FENCED_MEMBER_EPOCH: ErrorCode
 UNRELEASED_INSTANCE_ID: ErrorCode
 UNSUPPORTED_ASSIGNOR: ErrorCode
