@@ -118,7 +118,7 @@ class AssignmentError(_message.Message):
     def __init__(self, executor: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms", "target_computed_by")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms", "target_computed_by", "config_offset", "generation_id", "protocol_name", "leader_id")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,10 @@ class DescribedGroup(_message.Message):
     LAST_ASSIGNMENT_ERROR_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_REBALANCE_MS_FIELD_NUMBER: _ClassVar[int]
     TARGET_COMPUTED_BY_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -149,7 +153,11 @@ class DescribedGroup(_message.Message):
     last_assignment_error: AssignmentError
     scheduled_rebalance_ms: int
     target_computed_by: str
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ..., target_computed_by: _Optional[str] = ...) -> None: ...
+    config_offset: int
+    generation_id: int
+    protocol_name: str
+    leader_id: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ..., target_computed_by: _Optional[str] = ..., config_offset: _Optional[int] = ..., generation_id: _Optional[int] = ..., protocol_name: _Optional[str] = ..., leader_id: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
