@@ -33,6 +33,7 @@ from services.common.tls import ClientTls, aio_channel
 from services.coordinator.core.assignment import send_items_once
 from services.coordinator.core.config import MODE_SERVICE
 from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
+from services.coordinator.core.handler import ClassicWait
 from services.coordinator.core.records import EventType, RebalanceEvent, Record
 from services.coordinator.core.state import STABLE
 from services.coordinator.runtime.discovery import AssignorDirectory
@@ -45,6 +46,9 @@ from services.coordinator.runtime.replicas import Replica, monotonic_ms
 from services.storage import Storage
 from services.storage.leases import FencedError
 
+# Classic answers released before their call was parked, kept at most (then the oldest go).
+_MAX_EARLY = 10_000
+_NO_ANSWER = object()
 # Groups replayed per slice of a partition's load (then the loop runs other work): ~45 us each.
 INSTALL_SLICE = 500
 
@@ -155,6 +159,10 @@ class CoordinatorRuntime:
         self._busy_ns = 0
         self._queued = 0
         self._stopping = False
+        # Classic JoinGroup / SyncGroup calls waiting for their rebalance (SPEC §12), by (group, token),
+        # and answers released before their call was parked (the same batch committed both).
+        self._parked: dict[tuple[str, int], asyncio.Future[Any]] = {}
+        self._early: dict[tuple[str, int], Any] = {}
         self.starting = False  # True while `start` acquires and loads the partitions
         # Partition leases (SPEC §10): which groups this replica serves; set up by `start`.
         self.replica: Replica | None = None
@@ -221,6 +229,7 @@ class CoordinatorRuntime:
             ids = await asyncio.to_thread(self.storage.group_ids)
             held = set(table.held)
             records = await asyncio.to_thread(self.storage.load, group_ids=table.groups_of(held, ids))
+        self._fail_parked(None)
         ticket = self.machine.load(records, self.clock())
         self.metrics.load_duration.set(time.perf_counter() - started)
         # The group state is large and long-lived: move it out of the collector's generations so
@@ -247,7 +256,9 @@ class CoordinatorRuntime:
         costs O(N^2) (20,000 groups: 4.7 s against 0.9 s)."""
         pending = list(stored.items())
         for i in range(0, len(pending), INSTALL_SLICE):
-            self.machine.reload_groups(dict(pending[i : i + INSTALL_SLICE]), self.clock())
+            piece = dict(pending[i : i + INSTALL_SLICE])
+            self._fail_parked(set(piece))
+            self.machine.reload_groups(piece, self.clock())
             self._pump()
             gc.freeze()
             await asyncio.sleep(0)
@@ -256,6 +267,7 @@ class CoordinatorRuntime:
         """A partition left: its groups leave memory (timers included) and their push streams end."""
         if not group_ids:
             return
+        self._fail_parked(set(group_ids))
         self.machine.reload_groups({gid: [] for gid in sorted(group_ids)}, now_ms)
         self.nudges.close_groups(group_ids)
         for gid in group_ids:
@@ -441,14 +453,55 @@ class CoordinatorRuntime:
             # so the lease that routed it still holds. Without effects the machine released nothing
             # (it keeps such a ticket off its resolved list), so the pump's only business is the
             # timer (the handler re-armed a session).
-            if ticket.effects:
+            if ticket.effects or ticket.answers:
                 self._pump()
             else:
                 self._check_timer()
-            return ticket.response
-        response = await self._answer(ticket)
-        self._still_served(routed)
+            response = ticket.response
+        else:
+            response = await self._answer(ticket)
+            self._still_served(routed)
+        if type(response) is ClassicWait:
+            return await self._parked_answer(response)
         return response
+
+    async def _parked_answer(self, wait: ClassicWait) -> Any:
+        """A classic JoinGroup / SyncGroup waits for its rebalance: its answer comes with a later
+        change (another member's request, a timer), released once that change is durable. A group
+        reloaded, dropped or loaded again meanwhile fails the call (the core forgot it: the member
+        calls again); a caller that gives up just leaves (the member stays awaited, as in Kafka)."""
+        key = (wait.group_id, wait.token)
+        early = self._early.pop(key, _NO_ANSWER)
+        if early is not _NO_ANSWER:
+            return early
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._parked[key] = future
+        try:
+            return await future
+        finally:
+            if self._parked.get(key) is future:
+                del self._parked[key]
+
+    def _release_answers(self) -> None:
+        for answer in self.machine.take_answers():
+            key = (answer.group_id, answer.token)
+            future = self._parked.pop(key, None)
+            if future is None:
+                if len(self._early) >= _MAX_EARLY:  # answers nobody came for: bounded
+                    self._early.pop(next(iter(self._early)))
+                self._early[key] = answer.response
+            elif not future.done():
+                future.set_result(answer.response)
+
+    def _fail_parked(self, group_ids: set[str] | None) -> None:
+        """The core forgot the calls parked for these groups (None: all): they fail, retriable."""
+        for key in [k for k in self._parked if group_ids is None or k[0] in group_ids]:
+            future = self._parked.pop(key)
+            if not future.done():
+                future.set_exception(
+                    NotAvailable(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group was reloaded: join again")
+                )
+        self._early = {k: v for k, v in self._early.items() if group_ids is not None and k[0] not in group_ids}
 
     def answer_at_once(self, steady: Callable[[Any, int], Any | None], request: Any) -> Any | None:
         """The hot path, without a ticket or a coroutine: `steady` answers from memory alone and
@@ -512,6 +565,7 @@ class CoordinatorRuntime:
                 ticket.waiter.set_result(None)
         for nudge in machine.take_nudges():
             self.nudges.nudge(nudge.group_id, nudge.member_ids, nudge.reason)
+        self._release_answers()
         for job in machine.take_jobs():
             task = asyncio.create_task(self._run_service_assignment(job))
             self._assignment_tasks.add(task)
@@ -617,6 +671,7 @@ class CoordinatorRuntime:
             self._assignment_tasks.add(task)
             task.add_done_callback(self._assignment_tasks.discard)
             return
+        self._fail_parked(set(loaded))
         self.machine.reload_groups(loaded, self.clock())
         self.metrics.reloaded_groups.inc(len(group_ids))
         log.warning(

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core.coordinator import Effect, GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.core.handler import Nudge
+from services.coordinator.core.handler import ClassicAnswer, Nudge
 from services.coordinator.core.records import Record
 
 
@@ -91,6 +91,8 @@ class Ticket:
     answered: bool = False
     # The shell's handle on whoever waits for it (an asyncio future, a simulated reply); never read here.
     waiter: Any = None
+    # Answers to parked classic calls (SPEC §12) its change produced: released with it.
+    answers: list[ClassicAnswer] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -129,6 +131,7 @@ class CoordinatorMachine:
     _jobs: list[ServiceAssignment] = field(default_factory=list)
     _nudges: list[Nudge] = field(default_factory=list)
     _reloads: set[str] = field(default_factory=set)
+    _answers: list[ClassicAnswer] = field(default_factory=list)
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -137,6 +140,7 @@ class CoordinatorMachine:
         self._reloads.clear()
         self._jobs.clear()
         self._nudges.clear()
+        self._answers.clear()
         result = self.core.load(records, now_ms)
         self.loaded = True
         return self._enqueue(result, None)
@@ -284,6 +288,13 @@ class CoordinatorMachine:
         out, self._nudges = self._nudges, []
         return out
 
+    def take_answers(self) -> list[ClassicAnswer]:
+        """Answers to parked classic calls, released now (the change that produced them is durable)."""
+        if not self._answers:
+            return []
+        out, self._answers = self._answers, []
+        return out
+
     def take_reloads(self) -> set[str]:
         """Groups whose memory must be replaced by what storage holds (`reload_groups`)."""
         if not self._reloads:
@@ -297,8 +308,8 @@ class CoordinatorMachine:
         records = result.records
         if not records and self._storing_nothing:
             # Nothing before it is still being stored (the idle heartbeat's path: keep it short).
-            ticket = Ticket(result.response, records, result.effects, _NO_GROUPS)
-            if result.effects:
+            ticket = Ticket(result.response, records, result.effects, _NO_GROUPS, answers=result.answers)
+            if result.effects or result.answers:
                 self._succeed(ticket)
             else:  # answered at once, nothing to release: the shell has nothing to wake or carry out
                 ticket.status, ticket.answered = Status.DONE, True
@@ -309,6 +320,7 @@ class CoordinatorMachine:
             result.effects,
             frozenset(r.group_id for r in records),
             None if records else groups_of_request(request),
+            answers=result.answers,
         )
         if self.respond_before_commit:
             ticket.answered = True
@@ -323,6 +335,8 @@ class CoordinatorMachine:
                 self._jobs.append(effect)
             else:
                 self._nudges.append(effect)
+        if ticket.answers:
+            self._answers.extend(ticket.answers)
         self._resolved.append(ticket)
 
     def _fail(self, ticket: Ticket, why: str) -> None:

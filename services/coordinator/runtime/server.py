@@ -26,7 +26,14 @@ from grpc_health.v1 import _async as health_aio  # what grpc_health.v1.health.ai
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from connect.coordinator.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    classic_pb2,
+    classic_pb2_grpc,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+)
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common import reflection
 from services.common.logsafe import escape
@@ -43,6 +50,7 @@ log = logging.getLogger("connect.coordinator")
 
 COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["ConnectGroupCoordinator"].full_name
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["ConnectGroupAdmin"].full_name
+CLASSIC_SERVICE = classic_pb2.DESCRIPTOR.services_by_name["ConnectClassicGroup"].full_name
 
 
 _OVER_QUOTA = (
@@ -119,14 +127,21 @@ class _Instrumented:
         self.authorizer = authorizer or Authorizer(None)
         self._log_unparsable = _RateLimitedLog()
         self.quotas = runtime.quotas
+        self._quota_keys: dict[str, str] = {}  # a connection's peer address -> its quota key
 
     def _quota_wait(self, context: Any) -> float | None:
         """Charge one request to its client's quota (runtime/quotas.py): the seconds its answer must
         wait (0.0: none), or None: refuse it. The client is its principal, or its host without one."""
         if not self.quotas.rate or context is None:
             return 0.0
-        principal = peer_principal(context)
-        key = principal if principal not in (ANONYMOUS, None) else "host:" + context.peer().rpartition(":")[0]
+        peer = context.peer()
+        key = self._quota_keys.get(peer)
+        if key is None:  # once per connection (its peer address): no auth context on the hot path
+            principal = peer_principal(context)
+            key = principal if principal not in (ANONYMOUS, None) else "host:" + peer.rpartition(":")[0]
+            if len(self._quota_keys) >= 10_000:
+                self._quota_keys.clear()
+            self._quota_keys[peer] = key
         wait = self.quotas.admit(key)
         if wait is None:
             self.metrics.quota_refused.inc()
@@ -355,6 +370,35 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
 def _first_group_error(response: Any) -> int:
     items = getattr(response, "groups", None) or getattr(response, "results", None) or []
     return next((g.error_code for g in items if g.error_code), 0)
+
+
+class ClassicServicer(classic_pb2_grpc.ConnectClassicGroupServicer, _Instrumented):
+    """Kafka's classic group APIs for Connect workers (SPEC §12), over the same runtime, quotas,
+    authorization (Read on the group), bounds and metrics as the rest. A JoinGroup or SyncGroup may
+    wait for its rebalance: the runtime parks it until the change that answers it is durable."""
+
+    async def JoinGroup(self, request: Any, context: Any) -> Any:
+        return await self._serve(
+            "JoinGroup", request, context, classic_pb2.JoinGroupResponse, self._handler(self.core.join_group)
+        )
+
+    async def SyncGroup(self, request: Any, context: Any) -> Any:
+        return await self._serve(
+            "SyncGroup", request, context, classic_pb2.SyncGroupResponse, self._handler(self.core.sync_group)
+        )
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        return await self._serve(
+            "Heartbeat", request, context, classic_pb2.HeartbeatResponse, self._handler(self.core.classic_heartbeat)
+        )
+
+    async def LeaveGroup(self, request: Any, context: Any) -> Any:
+        return await self._serve(
+            "LeaveGroup", request, context, classic_pb2.LeaveGroupResponse, self._handler(self.core.leave_group)
+        )
+
+    def _handler(self, handler: Callable[[Any, int], Any]) -> Callable[[Any], Awaitable[Any]]:
+        return functools.partial(self.runtime.handle, handler)
 
 
 class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
@@ -619,7 +663,7 @@ class RunningServer:
 
     async def serving(self) -> None:
         """The runtime has loaded its groups: health says SERVING (until `stop`)."""
-        for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
+        for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE, CLASSIC_SERVICE):
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -718,6 +762,7 @@ async def start_server(
     guard: Any = _ParseGuard(server)
     coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(CoordinatorServicer(runtime, authorizer), guard)
     admin_pb2_grpc.add_ConnectGroupAdminServicer_to_server(AdminServicer(runtime, authorizer), guard)
+    classic_pb2_grpc.add_ConnectClassicGroupServicer_to_server(ClassicServicer(runtime, authorizer), guard)
     health_servicer = BoundedHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection_enabled if reflection_enabled is not None else tls is None:
@@ -725,6 +770,7 @@ async def start_server(
             (
                 COORDINATOR_SERVICE,
                 ADMIN_SERVICE,
+                CLASSIC_SERVICE,
                 _HEALTH_SERVICE,
             ),
             server,
@@ -746,7 +792,7 @@ async def start_server(
         mhost, mport = split_address(metrics_listen)
         http, _thread = start_http_server(mport, addr=mhost, registry=runtime.metrics.registry)
         metrics_port = http.server_port
-    for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE):
+    for service in ("", COORDINATOR_SERVICE, ADMIN_SERVICE, CLASSIC_SERVICE):
         await health_servicer.set(
             service,
             health_pb2.HealthCheckResponse.SERVING if runtime.loaded else health_pb2.HealthCheckResponse.NOT_SERVING,

@@ -60,6 +60,11 @@ METHOD_OPERATIONS: dict[str, str] = {
     "RemoveMembers": ALTER,  # `connect-groups members remove`
     "FindCoordinator": DESCRIBE,  # which replica serves the group (SPEC §10)
     "DescribeCoordinators": DESCRIBE,  # cluster-wide: checked against the group '*'
+    # The classic protocol (SPEC §12): a classic worker needs what a connect worker needs.
+    "JoinGroup": READ,
+    "SyncGroup": READ,
+    "Heartbeat": READ,
+    "LeaveGroup": READ,
 }
 
 
