@@ -16,6 +16,7 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, classic_pb2, class
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.classic import encode_assignment, join_protocols
 from services.classic.connect_protocol import ConnectAssignment
+from services.common.items import TaskId
 from tests.fixtures.coordinator import FAST_SETTINGS, CoordinatorProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,7 +26,7 @@ SETTINGS = [*FAST_SETTINGS, "group.classic.initial.rebalance.delay.ms=200", "gro
 
 @pytest.fixture
 def stub(tmp_path: object) -> Iterator[classic_pb2_grpc.ConnectClassicGroupStub]:
-    proc = CoordinatorProcess(f"sqlite:///{tmp_path}/c.db", settings=SETTINGS).start()  # type: ignore[operator]
+    proc = CoordinatorProcess(f"sqlite:///{tmp_path}/c.db", settings=SETTINGS).start()
     try:
         with grpc.insecure_channel(proc.address) as channel:
             stub = classic_pb2_grpc.ConnectClassicGroupStub(channel)
@@ -69,8 +70,8 @@ def test_two_members_rebalance_sync_heartbeat_and_a_third_makes_them_rejoin(
     assert sorted(m.member_id for m in leader.members) == sorted([a, b]) and not follower.members
     gen = ra.generation_id
     mine = {
-        a: encode_assignment(ConnectAssignment(2, 0, leader.leader, "http://a:8083", 0, ("c1",), (("c1", 0),))),
-        b: encode_assignment(ConnectAssignment(2, 0, leader.leader, "http://a:8083", 0, (), (("c1", 1),))),
+        a: encode_assignment(ConnectAssignment(2, 0, leader.leader, "http://a:8083", 0, ("c1",), (TaskId("c1", 0),))),
+        b: encode_assignment(ConnectAssignment(2, 0, leader.leader, "http://a:8083", 0, (), (TaskId("c1", 1),))),
     }
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         fs = pool.submit(
