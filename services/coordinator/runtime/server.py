@@ -388,9 +388,42 @@ class ClassicServicer(classic_pb2_grpc.ConnectClassicGroupServicer, _Instrumente
         )
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
+        # Writes nothing (a session re-armed, or REBALANCE_IN_PROGRESS): answered at once from memory
+        # while nothing is being stored, as the connect steady heartbeat is.
+        started = time.perf_counter()
+        wait = self._quota_wait(context)
+        if wait is None:
+            self.metrics.rpc.record("Heartbeat", "THROTTLING_QUOTA_EXCEEDED", time.perf_counter() - started)
+            return classic_pb2.HeartbeatResponse(
+                error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=_OVER_QUOTA
+            )
+        if wait:
+            await asyncio.sleep(wait)
+        if not isinstance(request, Unparsable) and (
+            not self.authorizer.enabled or self._allowed("Heartbeat", request, context)
+        ):
+            try:
+                response = self.runtime.answer_at_once(self._classic_heartbeat, request)
+            except HandlerFailed:
+                return await self._call(
+                    "Heartbeat", classic_pb2.HeartbeatResponse, self.runtime.handler_failed, authorized=True
+                )
+            if response is not None:
+                self.metrics.rpc.record(
+                    "Heartbeat", ERROR_NAMES.get(response.error_code) or "?", time.perf_counter() - started
+                )
+                return response
         return await self._serve(
-            "Heartbeat", request, context, classic_pb2.HeartbeatResponse, self._handler(self.core.classic_heartbeat)
+            "Heartbeat",
+            request,
+            context,
+            classic_pb2.HeartbeatResponse,
+            self._handler(self.core.classic_heartbeat),
+            charged=True,
         )
+
+    def _classic_heartbeat(self, request: Any, now_ms: int) -> Any:
+        return self.core.classic_heartbeat(request, now_ms).response
 
     async def LeaveGroup(self, request: Any, context: Any) -> Any:
         return await self._serve(
