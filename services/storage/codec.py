@@ -2,7 +2,8 @@
 
 Each state record type has a table, the names of its key columns, a function that turns the
 record's key and value into bind parameters, and a function that turns a selected row (columns in
-``table.c`` order) back into the record. Bytes inside JSON (assignor metadata) are base64.
+``table.c`` order) back into the record. Bytes inside JSON (assignor metadata, a classic member's
+protocol metadata) are base64.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from sqlalchemy import Table
 from services.common.items import Items
 from services.coordinator.core.records import (
     AssignorSpec,
+    ClassicGroupMetadata,
+    ClassicGroupState,
+    ClassicGroupValue,
+    ClassicMemberMetadata,
+    ClassicMemberValue,
     ConnectorRecord,
     CurrentAssignment,
     CurrentAssignmentValue,
@@ -87,6 +93,15 @@ def assignors_from_json(data: Sequence[dict[str, Any]]) -> tuple[AssignorSpec, .
             for d in data
         )
     )
+
+
+def protocols_to_json(protocols: Sequence[tuple[str, bytes]]) -> list[list[str]]:
+    """A classic member's (name, metadata) list, in its order, as ``[[name, base64], ...]``."""
+    return [[name, base64.b64encode(metadata).decode("ascii")] for name, metadata in protocols]
+
+
+def protocols_from_json(data: Sequence[Sequence[str]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, base64.b64decode(metadata, validate=True)) for name, metadata in data)
 
 
 # ---- per record type --------------------------------------------------------------------------
@@ -262,6 +277,64 @@ def _config_row(row: Sequence[Any]) -> Record:
     return GroupConfig(group_id, name, value)
 
 
+def _classic_group_params(r: ClassicGroupMetadata) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "generation": v.generation,
+        "state": str(v.state),
+        "protocol_type": v.protocol_type,
+        "protocol_name": v.protocol_name,
+        "leader": v.leader,
+    }
+
+
+def _classic_group_row(row: Sequence[Any]) -> Record:
+    group_id, generation, state, protocol_type, protocol_name, leader = row
+    return ClassicGroupMetadata(
+        group_id,
+        ClassicGroupValue(
+            generation=generation,
+            state=ClassicGroupState(state),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            leader=leader,
+        ),
+    )
+
+
+def _classic_member_params(r: ClassicMemberMetadata) -> Params:
+    v = r.value
+    assert v is not None
+    return {
+        "group_id": r.group_id,
+        "member_id": r.member_id,
+        "client_id": v.client_id,
+        "session_timeout_ms": v.session_timeout_ms,
+        "rebalance_timeout_ms": v.rebalance_timeout_ms,
+        "protocols": protocols_to_json(v.protocols),
+        "assignment": v.assignment,
+        "joined_ms": v.joined_ms,
+    }
+
+
+def _classic_member_row(row: Sequence[Any]) -> Record:
+    group_id, member_id, client_id, session_timeout_ms, rebalance_timeout_ms, protocols, assignment, joined_ms = row
+    return ClassicMemberMetadata(
+        group_id,
+        member_id,
+        ClassicMemberValue(
+            client_id=client_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            protocols=protocols_from_json(protocols),
+            assignment=_bytes(assignment),
+            joined_ms=joined_ms,
+        ),
+    )
+
+
 def event_params(r: RebalanceEvent) -> Params:
     return {
         "group_id": r.group_id,
@@ -308,7 +381,8 @@ def _codec(
 
 
 # Replay order within a group (load() emits records in this order): the group first, then its
-# configuration and inputs, then the target, then the members' current and held work.
+# configuration and inputs, then the target, then the members' current and held work; a classic
+# group's classic part last (its metadata before its members).
 CODECS: dict[type, TableCodec] = {
     GroupMetadata: _codec(
         models.GROUPS_TABLE, lambda r: (r.group_id,), lambda r: r.value is None, _group_params, _group_row
@@ -353,5 +427,19 @@ CODECS: dict[type, TableCodec] = {
         lambda r: r.items is None,
         _held_params,
         _held_row,
+    ),
+    ClassicGroupMetadata: _codec(
+        models.CLASSIC_GROUPS_TABLE,
+        lambda r: (r.group_id,),
+        lambda r: r.value is None,
+        _classic_group_params,
+        _classic_group_row,
+    ),
+    ClassicMemberMetadata: _codec(
+        models.CLASSIC_MEMBERS_TABLE,
+        lambda r: (r.group_id, r.member_id),
+        lambda r: r.value is None,
+        _classic_member_params,
+        _classic_member_row,
     ),
 }

@@ -117,6 +117,37 @@ HELD_TABLE = Table("held_assignments", metadata, _key("group_id"), _key("member_
 # GroupConfig.
 CONFIGS_TABLE = Table("group_configs", metadata, _key("group_id"), _key("name"), _col("value", String))
 
+# ClassicGroupMetadata (migration 0005): a classic group's generation, state (a ClassicGroupState
+# name), protocol type and name, and leader.
+CLASSIC_GROUPS_TABLE = Table(
+    "classic_groups",
+    metadata,
+    _key("group_id"),
+    _col("generation", Integer),
+    _col("state", String),
+    _col("protocol_type", String),
+    _col("protocol_name", String),
+    _col("leader", String),
+)
+
+# ClassicMemberMetadata (migration 0005). ``protocols`` is the member's (name, metadata) list in its
+# order of preference, as a JSON array of ``[name, base64(metadata)]`` pairs (bytes exact, like the
+# assignor metadata of ``members.assignors``); ``assignment`` holds the leader's bytes as they came
+# (BLOB / bytea, up to 1 GB on either: a member's assignment is bounded by
+# group.connect.max.group.metadata.bytes, 16 MiB by default and 48 MiB at most).
+CLASSIC_MEMBERS_TABLE = Table(
+    "classic_members",
+    metadata,
+    _key("group_id"),
+    _key("member_id"),
+    _col("client_id", String),
+    _col("session_timeout_ms", Integer),
+    _col("rebalance_timeout_ms", Integer),
+    _col("protocols", JSON),
+    _col("assignment", LargeBinary),
+    _col("joined_ms", BigInteger),
+)
+
 # RebalanceEvent: append-only; survives group deletion (it is the history). AUTOINCREMENT on
 # SQLite: ids are never reused, so readers can poll with ``since_id``.
 EVENTS_TABLE = Table(
@@ -176,4 +207,6 @@ GROUP_STATE_TABLES = (
     MEMBER_ASSIGNMENTS_TABLE,
     HELD_TABLE,
     CONFIGS_TABLE,
+    CLASSIC_GROUPS_TABLE,
+    CLASSIC_MEMBERS_TABLE,
 )

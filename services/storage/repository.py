@@ -51,7 +51,7 @@ SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 # The newest migration's revision. A database already at it is opened without importing alembic
 # (about 11 MB of a serving coordinator's memory); a test checks it against alembic's own head.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 # Arbitrary constant identifying "the coordinator schema migration" among advisory locks.
 _MIGRATION_LOCK_KEY = 0x636F6E6E656374  # "connect"
@@ -432,8 +432,9 @@ class Storage:
         """Every stored state record (of one group, or of `group_ids`, if given), never events.
 
         Grouped by group id (sorted); within a group: GroupMetadata, GroupConfig, ConnectorRecord,
-        MemberMetadata, TargetMember, TargetMetadata, CurrentAssignment, HeldAssignment -- the
-        order replay applies them in. One SELECT per table, whatever the size of the groups.
+        MemberMetadata, TargetMember, TargetMetadata, CurrentAssignment, HeldAssignment,
+        ClassicGroupMetadata, ClassicMemberMetadata -- the order replay applies them in; rows of a
+        type in primary-key order. One SELECT per table, whatever the size of the groups.
         """
         by_group: dict[str, list[Record]] = {}
         try:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from services.common.items import Items
 from services.coordinator.core.records import (
     AssignorSpec,
+    ClassicGroupMetadata,
+    ClassicGroupState,
+    ClassicGroupValue,
+    ClassicMemberMetadata,
+    ClassicMemberValue,
     ConnectorRecord,
     CurrentAssignment,
     CurrentAssignmentValue,
@@ -68,6 +73,37 @@ def assignment(group_id: str, member_id: str, epoch: int = 1, *, tasks: int = 2)
     )
 
 
+def classic_group(group_id: str, generation: int = 3, leader: str = "cm1") -> ClassicGroupMetadata:
+    return ClassicGroupMetadata(
+        group_id,
+        ClassicGroupValue(
+            generation=generation,
+            state=ClassicGroupState.COMPLETING_REBALANCE,
+            protocol_type="connect",
+            protocol_name="sessioned",
+            leader=leader,
+        ),
+    )
+
+
+def classic_member(
+    group_id: str, member_id: str, *, assignment: bytes = b"\x00\x01assigned\xff"
+) -> ClassicMemberMetadata:
+    return ClassicMemberMetadata(
+        group_id,
+        member_id,
+        ClassicMemberValue(
+            client_id="client-" + member_id,
+            session_timeout_ms=45_000,
+            rebalance_timeout_ms=2**31 - 1,
+            # In the member's order (not sorted), with bytes that are not UTF-8, and an empty one.
+            protocols=(("sessioned", b"\x00\x02\xff\xfe s"), ("compatible", b""), ("default", b"\x80" * 7)),
+            assignment=assignment,
+            joined_ms=BIG_MS + 3,
+        ),
+    )
+
+
 def every_state_record(group_id: str = "g1") -> list[Record]:
     """One record of every state type for ``group_id``, in load()'s replay order."""
     return [
@@ -95,6 +131,8 @@ def every_state_record(group_id: str = "g1") -> list[Record]:
         ),
         assignment(group_id, "m1", epoch=6),
         HeldAssignment(group_id, "m0", Items.of(["conn-z"], [("conn-z", 4)])),
+        classic_group(group_id),
+        classic_member(group_id, "cm1"),
     ]
 
 

@@ -11,6 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from services.storage import Storage, StorageError, migrate
+from services.storage.codec import CODECS
 from services.storage.models import metadata
 from services.storage.repository import SCHEMA_HEAD
 
@@ -23,6 +24,8 @@ TABLES = {
     "member_assignments",
     "held_assignments",
     "group_configs",
+    "classic_groups",
+    "classic_members",
     "rebalance_events",
 }
 # Replicas (migration 0004): not per group.
@@ -68,8 +71,8 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "env.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert (migrate.MIGRATIONS_DIR / "versions" / "0004_partition_leases.py").is_file()
-    assert migrate.head_revision() == "0004"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0005_classic_groups.py").is_file()
+    assert migrate.head_revision() == "0005"
     # Opening a current database compares with this constant instead of importing alembic.
     assert migrate.head_revision() == SCHEMA_HEAD
 
@@ -88,14 +91,14 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
     engine = create_engine(db_url)
     try:
         with engine.begin() as conn:
-            migrate.downgrade(conn, "0003")
+            migrate.downgrade(conn, "0004")
         old = Storage(db_url)
         with pytest.raises(
-            StorageError, match="at revision 0003, this version needs 0004: run `connect-coordinator migrate`"
+            StorageError, match="at revision 0004, this version needs 0005: run `connect-coordinator migrate`"
         ):
             old.open(migrate_schema=False)
         with engine.connect() as conn:
-            assert migrate.current_revision(conn) == "0003"
+            assert migrate.current_revision(conn) == "0004"
         old.open()  # migrating brings it to the head
         old.close()
         with engine.connect() as conn:
@@ -109,10 +112,10 @@ def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str)
     request_sequence -1 (nothing known), which is how that release behaved."""
     from dataclasses import replace
 
-    from services.coordinator.core.records import CurrentAssignment, TargetMetadata
+    from services.coordinator.core.records import CLASSIC_RECORD_TYPES, CurrentAssignment, TargetMetadata
     from tests.storage.records import every_state_record
 
-    records = every_state_record()
+    records = [r for r in every_state_record() if not isinstance(r, CLASSIC_RECORD_TYPES)]
     with Storage(db_url) as s:
         s.write(records)
         with s.engine.begin() as conn:
@@ -130,6 +133,47 @@ def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str)
     ]
     assert any(isinstance(r, CurrentAssignment) and r.value and r.value.request_sequence > 0 for r in records)
     assert loaded == expected
+
+
+def test_upgrade_from_0004_keeps_the_data_and_stores_classic_groups_and_downgrade_drops_only_them(
+    db_url: str,
+) -> None:
+    """0005 adds the classic tables beside a database written by 0004 (its rows kept, loaded as
+    before); downgrading to 0004 drops the classic rows and tables and nothing else."""
+    from services.coordinator.core.records import CLASSIC_RECORD_TYPES
+    from tests.storage.records import every_state_record
+
+    records = every_state_record("g1") + every_state_record("g2")
+    before_classic = [r for r in records if not isinstance(r, CLASSIC_RECORD_TYPES)]
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0004")
+        assert not {"classic_groups", "classic_members"} & set(inspect(engine).get_table_names())
+        # Rows as release 0004 wrote them (its tables are unchanged by 0005).
+        with engine.begin() as conn:
+            for r in before_classic:
+                codec = CODECS[type(r)]
+                conn.execute(codec.table.insert(), codec.to_params(r))
+        with Storage(db_url) as s:  # opening migrates 0004 -> 0005
+            with s.engine.connect() as conn:
+                assert migrate.current_revision(conn) == "0005"
+            assert s.load() == before_classic
+            s.write(records)
+            assert s.load() == records
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0004")
+        assert set(inspect(engine).get_table_names()) == (TABLES - {"classic_groups", "classic_members"}) | (
+            REPLICA_TABLES | {"alembic_version"}
+        )
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0004"
+            assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 2
+            assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
+        with Storage(db_url) as s:  # and up again: the classic tables are back, empty
+            assert s.load() == before_classic
+    finally:
+        engine.dispose()
 
 
 def test_concurrent_first_opens_create_the_schema_once(db_url: str) -> None:

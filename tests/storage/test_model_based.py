@@ -11,6 +11,11 @@ from hypothesis import strategies as st
 from services.common.items import Items
 from services.coordinator.core.records import (
     AssignorSpec,
+    ClassicGroupMetadata,
+    ClassicGroupState,
+    ClassicGroupValue,
+    ClassicMemberMetadata,
+    ClassicMemberValue,
     ConnectorRecord,
     CurrentAssignment,
     CurrentAssignmentValue,
@@ -75,6 +80,38 @@ records: st.SearchStrategy[Record] = st.one_of(
     ),
     st.builds(HeldAssignment, groups, members, _maybe(items)),
     st.builds(GroupConfig, groups, st.sampled_from(["k1", "k2"]), _maybe(st.sampled_from(["v1", "v2"]))),
+    st.builds(
+        ClassicGroupMetadata,
+        groups,
+        _maybe(
+            st.builds(
+                ClassicGroupValue,
+                small,
+                st.sampled_from(ClassicGroupState),
+                st.sampled_from(["", "connect"]),
+                st.sampled_from(["", "sessioned", "default"]),
+                st.sampled_from(["", "m1", "m2"]),
+            )
+        ),
+    ),
+    st.builds(
+        ClassicMemberMetadata,
+        groups,
+        members,
+        _maybe(
+            st.builds(
+                ClassicMemberValue,
+                st.just("c"),
+                small,
+                small,
+                st.lists(st.tuples(st.sampled_from(["sessioned", "compatible", "default"]), blobs), max_size=3).map(
+                    tuple
+                ),
+                blobs,
+                small,
+            )
+        ),
+    ),
     st.builds(RebalanceEvent, groups, small, st.sampled_from(["e1", "e2"])),
 )
 batches = st.lists(st.lists(records, max_size=12), min_size=1, max_size=4)

@@ -7,6 +7,11 @@ import pytest
 from services.common.items import Items
 from services.coordinator.core.records import (
     STATE_RECORD_TYPES,
+    ClassicGroupMetadata,
+    ClassicGroupState,
+    ClassicGroupValue,
+    ClassicMemberMetadata,
+    ClassicMemberValue,
     ConnectorRecord,
     CurrentAssignment,
     GroupConfig,
@@ -22,7 +27,16 @@ from services.coordinator.core.records import (
     record_key,
 )
 from services.storage import Storage, StorageError
-from tests.storage.records import assignment, event, every_state_record, group, member
+from tests.storage.records import (
+    assignment,
+    classic_group,
+    classic_member,
+    event,
+    every_state_record,
+    group,
+    member,
+)
+from tests.storage.test_migrations import TABLES
 
 REPLAY_ORDER = [
     GroupMetadata,
@@ -33,6 +47,8 @@ REPLAY_ORDER = [
     TargetMetadata,
     CurrentAssignment,
     HeldAssignment,
+    ClassicGroupMetadata,
+    ClassicMemberMetadata,
 ]
 
 
@@ -53,6 +69,9 @@ def test_awkward_values_round_trip(storage: Storage) -> None:
         HeldAssignment(gid, "m", Items()),
         TargetMember(gid, "m", TargetMemberValue(items=Items(), metadata=b"")),
         TargetMetadata(gid, TargetMetadataValue(assignment_epoch=0)),
+        ClassicGroupMetadata(gid, ClassicGroupValue(0, ClassicGroupState.EMPTY)),  # "" protocol and leader
+        ClassicMemberMetadata(gid, "m", ClassicMemberValue("", 1, 1, protocols=())),  # no protocols, no assignment
+        classic_member(gid, "m 💥 'q'", assignment=b""),
     ]
     storage.write(records)
     assert set(storage.load()) == set(records)
@@ -73,9 +92,15 @@ def test_load_order_with_many_rows_per_type(storage: Storage) -> None:
     records: list[Record] = [group("g")]
     for i in range(5):
         records += [member("g", f"m{i}"), assignment("g", f"m{i}"), ConnectorRecord("g", f"c{i}", i)]
+        records += [classic_member("g", f"cm{4 - i}"), classic_group(f"g{4 - i}")]
     storage.write(records)
-    kinds = [REPLAY_ORDER.index(type(r)) for r in storage.load()]
+    loaded = storage.load()
+    kinds = [REPLAY_ORDER.index(type(r)) for r in loaded if r.group_id == "g"]
     assert kinds == sorted(kinds)
+    # Rows of a type in primary-key order, whatever order they were written in.
+    classic_members = [r.member_id for r in loaded if isinstance(r, ClassicMemberMetadata)]
+    assert classic_members == [f"cm{i}" for i in range(5)]
+    assert [r.group_id for r in loaded] == sorted(r.group_id for r in loaded)
 
 
 @pytest.mark.parametrize("record_type", REPLAY_ORDER[1:])
@@ -98,7 +123,7 @@ def test_group_tombstone_deletes_every_table_but_the_event_log(storage: Storage)
     assert storage.load() == every_state_record("g2")
     assert [e.record for e in storage.read_events()] == [event("g1", 1)]
     with storage.engine.connect() as conn:
-        for table in ("groups", "members", "member_assignments", "held_assignments", "group_configs"):
+        for table in sorted(TABLES - {"rebalance_events"}):
             count = conn.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE group_id = 'g1'").scalar()
             assert count == 0, table
 
@@ -143,6 +168,43 @@ def test_compaction_last_write_wins(storage: Storage) -> None:
     assert storage.load() == [group("g", epoch=3), ConnectorRecord("g", "d", 4), assignment("g", "m", epoch=6)]
 
 
+def test_classic_group_tombstone_deletes_its_row_and_not_its_members(storage: Storage) -> None:
+    """No cascade (records.ClassicGroupMetadata): the core tombstones the members first; storage
+    deletes what each record names, as replay does."""
+    storage.write([group("g"), classic_group("g"), classic_member("g", "a"), classic_member("g", "b")])
+    storage.write([ClassicMemberMetadata("g", "a", None), ClassicGroupMetadata("g", None)])
+    assert storage.load() == [group("g"), classic_member("g", "b")]
+
+
+def test_classic_records_compact_last_write_wins(storage: Storage) -> None:
+    storage.write(
+        [
+            classic_group("g", generation=1),
+            classic_member("g", "a", assignment=b"old"),
+            classic_group("g", generation=2, leader="b"),
+            classic_member("g", "a", assignment=b"new"),
+            classic_member("g", "b"),
+            ClassicMemberMetadata("g", "b", None),  # upsert then tombstone: gone
+        ]
+    )
+    assert storage.load() == [classic_group("g", generation=2, leader="b"), classic_member("g", "a", assignment=b"new")]
+    storage.write([classic_group("g", generation=2_147_483_647), ClassicMemberMetadata("g", "a", None)])
+    assert storage.load() == [classic_group("g", generation=2_147_483_647)]
+
+
+def test_a_16_mib_classic_assignment_and_64_kib_metadata_round_trip_exactly(storage: Storage) -> None:
+    """The largest assignment a SyncGroup carries by default, and a member's largest metadata."""
+    big = bytes(range(256)) * (16 * 1024 * 1024 // 256)
+    meta = bytes(reversed(range(256))) * 256
+    record = ClassicMemberMetadata(
+        "g",
+        "m",
+        ClassicMemberValue("c", 6000, 60000, protocols=(("sessioned", meta), ("default", meta[:3])), assignment=big),
+    )
+    storage.write([record])
+    assert storage.load() == [record]
+
+
 def test_events_are_appended_in_order_and_never_compacted(storage: Storage) -> None:
     e1, e2, e3 = event("g1", 1), event("g2", 2), event("g1", 3)
     storage.write([e1, group("g1"), e1, e2, GroupMetadata("g1", None), e3])  # e1 twice: both kept
@@ -184,7 +246,9 @@ def _tombstone(record: Record) -> Record:
             return GroupConfig(g, n, None)
         case TargetMetadata(group_id=g):
             return TargetMetadata(g, None)
-        case MemberMetadata() | TargetMember() | CurrentAssignment():
+        case ClassicGroupMetadata(group_id=g):
+            return ClassicGroupMetadata(g, None)
+        case MemberMetadata() | TargetMember() | CurrentAssignment() | ClassicMemberMetadata():
             return type(record)(record.group_id, record.member_id, None)
     raise AssertionError(record)
 

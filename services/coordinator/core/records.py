@@ -398,10 +398,12 @@ STATE_RECORD_TYPES = (
     CurrentAssignment,
     HeldAssignment,
     GroupConfig,
+    ClassicGroupMetadata,
+    ClassicMemberMetadata,
 )
 
-# The classic protocol's state records (SPEC §12). Not yet in STATE_RECORD_TYPES: storage does not
-# store them yet (its tables are a later step of issue 35), and STATE_RECORD_TYPES is what it stores.
+# The classic protocol's state records (SPEC §12), among STATE_RECORD_TYPES (storage keeps them in
+# classic_groups and classic_members, migration 0005).
 CLASSIC_RECORD_TYPES = (ClassicGroupMetadata, ClassicMemberMetadata)
 
 
