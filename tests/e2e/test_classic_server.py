@@ -148,3 +148,46 @@ def test_bad_classic_input_is_refused_in_band_and_stores_nothing(
     assert unknown.error_code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND)
     described = stub.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["bad"]), timeout=10)  # type: ignore[attr-defined]
     assert described.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_a_coordinator_killed_mid_rebalance_comes_back_with_the_generation_and_members(
+    database_url: str,
+) -> None:
+    """SIGKILL while a third member's join waits for the others; a new coordinator on the same
+    database (SQLite and PostgreSQL) has the group at the same generation or later, with its members,
+    and the rebalance completes at a generation above the one before the kill."""
+    proc = CoordinatorProcess(database_url, settings=SETTINGS).start()
+    try:
+        with grpc.insecure_channel(proc.address) as channel:
+            stub = classic_pb2_grpc.ConnectClassicGroupStub(channel)
+            a, b = _first_join(stub, "http://a:8083"), _first_join(stub, "http://b:8083")
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                ra, rb = [f.result(30) for f in (pool.submit(_join, stub, a, "a"), pool.submit(_join, stub, b, "b"))]
+            gen = ra.generation_id
+            for m, r in ((a, ra), (b, rb)):
+                sync = classic_pb2.SyncGroupRequest(group_id="cg", member_id=m, generation_id=gen)
+                if r.leader == m:
+                    sync.assignments.add(member_id=a, assignment=b"for-a")
+                    sync.assignments.add(member_id=b, assignment=b"for-b")
+                    assert stub.SyncGroup(sync, timeout=30).assignment == (b"for-a" if m == a else b"for-b")
+            c = _first_join(stub, "http://c:8083")
+            parked = concurrent.futures.ThreadPoolExecutor(1).submit(_join, stub, c, "c")
+            admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
+            described = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["cg"]), timeout=10).groups[0]
+            assert len(described.members) == 3
+        proc.kill()
+        with pytest.raises(grpc.RpcError):
+            parked.result(30)
+        proc = CoordinatorProcess(database_url, settings=SETTINGS).start()
+        with grpc.insecure_channel(proc.address) as channel:
+            stub = classic_pb2_grpc.ConnectClassicGroupStub(channel)
+            hb = stub.Heartbeat(classic_pb2.HeartbeatRequest(group_id="cg", member_id=a, generation_id=gen), timeout=10)
+            assert hb.error_code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS), hb
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                futures = [pool.submit(_join, stub, m, n) for m, n in ((a, "a"), (b, "b"), (c, "c"))]
+                answers = [f.result(60) for f in futures]
+            assert {r.error_code for r in answers} == {ErrorCode.NONE}, answers
+            generations = {r.generation_id for r in answers}
+            assert len(generations) == 1 and generations.pop() > gen  # never backwards
+    finally:
+        proc.kill()
