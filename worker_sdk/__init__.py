@@ -9,6 +9,10 @@ Public surface:
 * `ConnectWorkerClient` -- runs a `Member` over grpc.aio, with a `RebalanceListener`
   (async on_revoked / on_assigned / on_lost), client-side assignment, retries and metrics.
 * `WorkerMetrics` -- KIP-429 client rebalance metrics as Prometheus collectors.
+* `ClassicMember` -- a classic Connect worker (Kafka's JoinGroup / SyncGroup protocol, Connect's
+  `WorkerCoordinator`: the leader assigns with Connect's eager or incremental cooperative rules) as
+  a sans-I/O state machine; `ClassicWorkerClient` runs it over grpc.aio with the same listener,
+  status and metrics as `ConnectWorkerClient`.
 * `ReferenceWorker` -- a worker that "runs" connectors and tasks as a set, with a status file
   (`connect-worker` is its command line).
 """
@@ -18,6 +22,16 @@ from services.common.tls import ClientTls
 from worker_sdk._assign import assign_request, compute_and_install, install_request, run_assignor
 from worker_sdk._assign_flow import AssignmentFlow, Compute, Done, SendInstall, SendPrepare, Wait
 from worker_sdk._assignors import local_assignors, parse_assignor, parse_assignors
+from worker_sdk._classic import (
+    ClassicConfig,
+    ClassicEvent,
+    ClassicMember,
+    ClassicRequest,
+    ClassicState,
+    ClassicStateChanged,
+    RequestKind,
+)
+from worker_sdk._classic_client import ClassicWorkerClient
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
@@ -59,6 +73,13 @@ __all__ = [
     "AssignmentTask",
     "CallbackError",
     "ChannelPool",
+    "ClassicConfig",
+    "ClassicEvent",
+    "ClassicMember",
+    "ClassicRequest",
+    "ClassicState",
+    "ClassicStateChanged",
+    "ClassicWorkerClient",
     "ClientAssignor",
     "ClientTls",
     "Compute",
@@ -76,6 +97,7 @@ __all__ = [
     "RebalanceCompleted",
     "RebalanceListener",
     "ReferenceWorker",
+    "RequestKind",
     "SendInstall",
     "SendPrepare",
     "StateChanged",

@@ -304,6 +304,10 @@ class ClassicMember:
         return self._control
 
     @property
+    def config_in_flight(self) -> ClassicRequest | None:
+        return self._config_req
+
+    @property
     def effect_outstanding(self) -> Effect | None:
         return self._effect
 

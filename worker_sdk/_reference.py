@@ -18,6 +18,7 @@ import grpc
 
 from services.common.items import EMPTY, Items
 from services.common.tls import ClientTls
+from worker_sdk._classic_client import ClassicWorkerClient
 from worker_sdk._client import ConnectWorkerClient
 from worker_sdk._member import DEFAULT_ASSIGNORS, ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
@@ -54,7 +55,17 @@ class ReferenceWorker:
         tls: ClientTls | None = None,
         push: bool = True,
         pool: ChannelPool | None = None,
+        group_protocol: str = "connect",
+        connect_protocol: str = "sessioned",
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        scheduled_rebalance_max_delay_ms: int = 300_000,
     ) -> None:
+        """`group_protocol` "classic" runs a `ClassicWorkerClient` (Kafka's classic protocol with
+        `connect_protocol` eager | compatible | sessioned and the session / heartbeat / delay
+        settings, which only it uses); "connect" (default) a `ConnectWorkerClient`."""
+        if group_protocol not in ("connect", "classic"):
+            raise ValueError(f"group_protocol must be connect or classic, got {group_protocol!r}")
         self.name = name
         self.stop_delay_s = stop_delay_ms / 1000
         self.start_delay_s = start_delay_ms / 1000
@@ -64,6 +75,27 @@ class ReferenceWorker:
         self.stops = 0
         self._status_seq = 0
         self._last_payload: dict[str, Any] | None = None
+        self.client: ConnectWorkerClient | ClassicWorkerClient
+        if group_protocol == "classic":
+            self.client = ClassicWorkerClient(
+                coordinator,
+                group_id,
+                self,
+                mode=connect_protocol,
+                url=url,
+                client_id=client_id or name,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                scheduled_rebalance_max_delay_ms=scheduled_rebalance_max_delay_ms,
+                request_timeout_ms=request_timeout_ms,
+                rng=rng,
+                metrics=metrics,
+                tls=tls,
+                pool=pool,
+                on_change=lambda _c: self.write_status(),
+            )
+            return
         self.client = ConnectWorkerClient(
             coordinator,
             group_id,

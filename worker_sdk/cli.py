@@ -4,6 +4,15 @@
                    [--assignors NAME[:MIN-MAX][:METADATA_BASE64],...] [--simulate N]
                    [--status-file PATH] [--stop-delay-ms MS] [--leave-timeout-ms MS]
                    [--metrics-listen HOST:PORT]
+                   [--group-protocol classic|connect] [--connect-protocol eager|compatible|sessioned]
+                   [--scheduled-rebalance-max-delay-ms N] [--session-timeout-ms N] [--heartbeat-interval-ms N]
+
+--group-protocol (Kafka's group.protocol) chooses the rebalance protocol: `connect` (default), the
+coordinator-driven one, or `classic`, Kafka's JoinGroup / SyncGroup with Connect's embedded protocol,
+where the worker elected leader computes everyone's assignment (`ClassicWorkerClient`). The last
+four flags are the classic worker's (Connect's connect.protocol, scheduled.rebalance.max.delay.ms,
+session.timeout.ms, heartbeat.interval.ms) and are refused with the `connect` protocol; a classic
+worker has no static membership (--instance-id) and ignores --assignors and --no-push.
 
 Signals: SIGTERM (what Kubernetes sends on a rolling restart) stops the work and leaves the group:
 a static member (--instance-id) leaves temporarily (member_epoch -2), so a new process with the same
@@ -28,6 +37,7 @@ import logging
 import random
 import signal
 import sys
+from typing import Any
 
 from prometheus_client import start_http_server
 
@@ -84,8 +94,64 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not keep the coordinator's push stream open: learn of changes at the next heartbeat only",
     )
+    classic = p.add_argument_group("classic protocol (--group-protocol classic)")
+    classic.add_argument(
+        "--group-protocol",
+        choices=("connect", "classic"),
+        default="connect",
+        help="the rebalance protocol, Kafka's group.protocol (default %(default)s)",
+    )
+    classic.add_argument(
+        "--connect-protocol",
+        choices=("eager", "compatible", "sessioned"),
+        default=None,
+        help="Connect's connect.protocol: the protocols offered, eager (default only), compatible or "
+        "sessioned (incremental cooperative, falling back to the older ones) (default sessioned)",
+    )
+    classic.add_argument(
+        "--scheduled-rebalance-max-delay-ms",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how long a cooperative leader holds a departed worker's work (default 300000)",
+    )
+    classic.add_argument("--session-timeout-ms", type=int, default=None, metavar="N", help="(default 10000)")
+    classic.add_argument("--heartbeat-interval-ms", type=int, default=None, metavar="N", help="(default 3000)")
     add_client_tls_flags(p, "CONNECT_WORKER_")
     return p
+
+
+_CLASSIC_FLAGS = {
+    "connect_protocol": ("--connect-protocol", "sessioned"),
+    "scheduled_rebalance_max_delay_ms": ("--scheduled-rebalance-max-delay-ms", 300_000),
+    "session_timeout_ms": ("--session-timeout-ms", 10_000),
+    "heartbeat_interval_ms": ("--heartbeat-interval-ms", 3_000),
+}
+
+
+def _classic_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The classic flags, defaulted; ValueError (one line naming the flag) when they do not fit."""
+    given = {k: getattr(args, k) for k in _CLASSIC_FLAGS if getattr(args, k) is not None}
+    if args.group_protocol != "classic":
+        if given:
+            flags = ", ".join(_CLASSIC_FLAGS[k][0] for k in given)
+            raise ValueError(f"{flags}: only with --group-protocol classic")
+        return {}
+    if args.instance_id:
+        raise ValueError("--instance-id: a classic worker has no static membership (use --group-protocol connect)")
+    out = {k: given.get(k, default) for k, (_flag, default) in _CLASSIC_FLAGS.items()}
+    for key in ("session_timeout_ms", "heartbeat_interval_ms"):
+        if out[key] <= 0:
+            raise ValueError(f"{_CLASSIC_FLAGS[key][0]} must be > 0, got {out[key]}")
+    if out["heartbeat_interval_ms"] >= out["session_timeout_ms"]:
+        raise ValueError(
+            f"--heartbeat-interval-ms ({out['heartbeat_interval_ms']}) must be below --session-timeout-ms "
+            f"({out['session_timeout_ms']})"
+        )
+    delay = out["scheduled_rebalance_max_delay_ms"]
+    if not 0 <= delay < 2**31:
+        raise ValueError(f"--scheduled-rebalance-max-delay-ms must be in [0, {2**31 - 1}], got {delay}")
+    return out
 
 
 def _name(template: str, i: int, n: int, suffix_if_missing: bool) -> str:
@@ -102,9 +168,10 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
         raise ValueError("--leave-timeout-ms must be >= 1")
     if n > 1 and args.status_file and "{i}" not in args.status_file:
         raise ValueError("with --simulate N > 1, --status-file must contain {i}")
+    classic = _classic_settings(args)
     assignors = parse_assignors(args.assignors)
     remote = remote_only(assignors)
-    if remote:
+    if remote and not classic:
         log.info(
             "assignors %s are not built into this worker: they are computed by an assignor service "
             "(assignment.mode=service); asked to compute one itself, this worker refuses",
@@ -137,6 +204,8 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
                 tls=tls,
                 push=not args.no_push,
                 pool=pool,
+                group_protocol=args.group_protocol,
+                **classic,
             )
         )
     if args.metrics_listen:
@@ -157,7 +226,7 @@ async def run(args: argparse.Namespace) -> int:
         bound = args.leave_timeout_ms / 1000
         for w in workers:
             client = w.client
-            if temporary and client.member.config.instance_id:
+            if temporary and getattr(client.member.config, "instance_id", None):
                 coro = client.restart_leave(leave_timeout_s=bound)
             else:
                 coro = client.close(leave_timeout_s=bound)
