@@ -65,6 +65,21 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     ("services.coordinator.runtime", ("services.coordinator.cli",), "the CLIs wire the runtime, not the reverse"),
     (
+        "services.classic",
+        (
+            "services.coordinator",
+            "services.storage",
+            "worker_sdk",
+            "grpc",
+            "sqlalchemy",
+            "asyncio",
+            "socket",
+            "threading",
+            "time",
+        ),
+        "Connect's codec and assignors are pure libraries the coordinator and the SDK both use",
+    ),
+    (
         "services.storage",
         (
             "services.coordinator.runtime.asyncio_runtime",
