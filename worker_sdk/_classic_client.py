@@ -32,8 +32,8 @@ from worker_sdk._classic import (
     ClassicStateChanged,
     RequestKind,
 )
-from worker_sdk._client import CallbackError, FatalError, RebalanceListener
-from worker_sdk._member import Effect, RebalanceCompleted
+from worker_sdk._client import CallbackError, FatalError, RebalanceListener, _Driver
+from worker_sdk._member import RebalanceCompleted
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._routing import ChannelPool, CoordinatorRouter
 
@@ -42,7 +42,7 @@ log = logging.getLogger("worker_sdk.classic_client")
 _MAX_IDLE_S = 1.0
 
 
-class ClassicWorkerClient:
+class ClassicWorkerClient(_Driver):
     """A classic Connect worker's membership of a group over gRPC (Kafka's classic protocol).
 
     Usage::
@@ -132,10 +132,6 @@ class ClassicWorkerClient:
         return self.member.state
 
     @property
-    def member_id(self) -> str:
-        return self.member.member_id
-
-    @property
     def generation(self) -> int:
         return self.member.generation
 
@@ -174,9 +170,6 @@ class ClassicWorkerClient:
         }
 
     # ---- lifecycle ----------------------------------------------------------------------------------
-
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
 
     async def start(self) -> None:
         """Join in the background (see `wait_closed`)."""
@@ -234,12 +227,6 @@ class ClassicWorkerClient:
         """The classic protocol has no static members here: the same as `close`."""
         await self.close(timeout_s, leave_timeout_s)
 
-    async def wait_closed(self) -> None:
-        await self._done.wait()
-        task = self._run_task
-        if self._background and task is not None and task.done() and not task.cancelled():
-            task.result()
-
     # ---- where requests go --------------------------------------------------------------------------
 
     async def _stubs_for(
@@ -267,12 +254,6 @@ class ClassicWorkerClient:
             self.metrics.coordinator_changes.inc()
 
     # ---- the loop -----------------------------------------------------------------------------------
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     def _cancel_abandoned(self) -> None:
         """Cancel the calls the member no longer waits for (e.g. a parked JoinGroup when leaving)."""
@@ -309,13 +290,6 @@ class ClassicWorkerClient:
                 log.info("member %s: %s -> %s (%s)", m.member_id or "(new)", event.old, event.new, event.reason)
         if changed:
             self._changed()
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change(self)
-            except Exception:
-                log.exception("on_change hook failed")
 
     async def _call(self, req: ClassicRequest) -> None:
         address = ""
@@ -359,36 +333,3 @@ class ClassicWorkerClient:
         if self.metrics is not None and req.kind == RequestKind.HEARTBEAT:
             self.metrics.heartbeat(metric)
         self.member.on_failure(req.seq, self._now_ms(), reason)
-
-    async def _run_effect(self, effect: Effect) -> None:
-        first: CallbackError | None = None
-        for name, items in (("lost", effect.lost), ("revoked", effect.revoked), ("assigned", effect.assigned)):
-            if not items:
-                continue
-            error = await self._callback(name, items, effect.reason)
-            if error is not None and first is None:
-                first = error
-        self.member.effect_done(effect.seq, self._now_ms())
-        self._wakeup.set()
-        self._changed()
-        if first is not None:
-            self.last_callback_error = first
-            if self._on_callback_error is not None:
-                result = self._on_callback_error(first)
-                if asyncio.iscoroutine(result):
-                    await result
-
-    async def _callback(self, name: str, items: Items, reason: str) -> CallbackError | None:
-        fn = getattr(self.listener, f"on_{name}", None) if self.listener is not None else None
-        log.info("member %s: %s %s (%s)", self.member_id, name, items, reason)
-        started = self._clock()
-        error: CallbackError | None = None
-        if fn is not None:
-            try:
-                await fn(items)
-            except Exception as e:
-                log.exception("member %s: on_%s(%s) raised", self.member_id, name, items)
-                error = CallbackError(name, items, e)
-        if self.metrics is not None:
-            self.metrics.callback(name, self._clock() - started, error is not None)
-        return error

@@ -81,7 +81,89 @@ class CallbackError(Exception):
         self.__cause__ = cause
 
 
-class ConnectWorkerClient:
+class _Driver:
+    """What the asyncio drivers (`ConnectWorkerClient`, `ClassicWorkerClient`) share: background
+    tasks, the listener callbacks of an effect (KIP-429: an effect counts as done even if a callback
+    raised) and their metrics. A subclass sets the attributes below and has a `member` with
+    `effect_done(seq, now_ms)`."""
+
+    member: Any
+    listener: RebalanceListener | None
+    metrics: WorkerMetrics | None
+    last_callback_error: CallbackError | None
+    _clock: Callable[[], float]
+    _wakeup: asyncio.Event
+    _done: asyncio.Event
+    _tasks: set[asyncio.Task[Any]]
+    _run_task: asyncio.Task[Any] | None
+    _background: bool
+    _on_callback_error: Callable[[CallbackError], Awaitable[None] | None] | None
+    _on_change: Callable[[Any], None] | None
+
+    @property
+    def member_id(self) -> str:
+        return str(self.member.member_id)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def wait_closed(self) -> None:
+        """Until `run` ends (after close, restart_leave or a fatal error); raises what `run` raised
+        when it was started with `start`."""
+        await self._done.wait()
+        task = self._run_task
+        if self._background and task is not None and task.done() and not task.cancelled():
+            task.result()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self)
+            except Exception:
+                log.exception("on_change hook failed")
+
+    async def _run_effect(self, effect: Effect) -> None:
+        first: CallbackError | None = None
+        for name, items in (("lost", effect.lost), ("revoked", effect.revoked), ("assigned", effect.assigned)):
+            if not items:
+                continue
+            error = await self._callback(name, items, effect.reason)
+            if error is not None and first is None:
+                first = error
+        # Done even if a callback failed (KIP-429: its effects count as taken).
+        self.member.effect_done(effect.seq, self._now_ms())
+        self._wakeup.set()
+        self._changed()
+        if first is not None:
+            self.last_callback_error = first
+            if self._on_callback_error is not None:
+                result = self._on_callback_error(first)
+                if asyncio.iscoroutine(result):
+                    await result
+
+    async def _callback(self, name: str, items: Items, reason: str) -> CallbackError | None:
+        fn = getattr(self.listener, f"on_{name}", None) if self.listener is not None else None
+        log.info("member %s: %s %s (%s)", self.member_id, name, items, reason)
+        started = self._clock()
+        error: CallbackError | None = None
+        if fn is not None:
+            try:
+                await fn(items)
+            except Exception as e:
+                log.exception("member %s: on_%s(%s) raised", self.member_id, name, items)
+                error = CallbackError(name, items, e)
+        if self.metrics is not None:
+            self.metrics.callback(name, self._clock() - started, error is not None)
+        return error
+
+
+class ConnectWorkerClient(_Driver):
     """A Connect worker's membership of a group over gRPC.
 
     Usage::
@@ -181,10 +263,6 @@ class ConnectWorkerClient:
         return self.member.state
 
     @property
-    def member_id(self) -> str:
-        return self.member.member_id
-
-    @property
     def member_epoch(self) -> int:
         return self.member.member_epoch
 
@@ -216,9 +294,6 @@ class ConnectWorkerClient:
         }
 
     # ---- lifecycle -------------------------------------------------------------------------------
-
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
 
     async def start(self) -> None:
         """Join in the background (see `wait_closed`)."""
@@ -283,14 +358,6 @@ class ConnectWorkerClient:
                 self._run_task.cancel()
             await self._done.wait()
 
-    async def wait_closed(self) -> None:
-        """Until `run` ends (after close, restart_leave or a fatal error); raises what `run` raised
-        when it was started with `start`."""
-        await self._done.wait()
-        task = self._run_task
-        if self._background and task is not None and task.done() and not task.cancelled():
-            task.result()
-
     # ---- where requests go -----------------------------------------------------------------------
 
     async def _target(self) -> tuple[str, coordinator_pb2_grpc.ConnectGroupCoordinatorStub]:
@@ -319,11 +386,6 @@ class ConnectWorkerClient:
             self._router.check_status(address, status)
 
     # ---- the loop --------------------------------------------------------------------------------
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _watch(self) -> None:
         """Keep the push stream open for the current member id; each nudge makes a heartbeat due now.
@@ -414,13 +476,6 @@ class ConnectWorkerClient:
         if changed:
             self._changed()
 
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change(self)
-            except Exception:
-                log.exception("on_change hook failed")
-
     async def _heartbeat(self, out: OutgoingHeartbeat) -> None:
         address = ""
         try:
@@ -453,40 +508,6 @@ class ConnectWorkerClient:
                 self.metrics.heartbeat(ErrorCode.Name(code) if code in ErrorCode.values() else "unknown")
             self.member.on_heartbeat_response(out.seq, response, self._now_ms())
         self._wakeup.set()
-
-    async def _run_effect(self, effect: Effect) -> None:
-        first: CallbackError | None = None
-        for name, items in (("lost", effect.lost), ("revoked", effect.revoked), ("assigned", effect.assigned)):
-            if not items:
-                continue
-            error = await self._callback(name, items, effect.reason)
-            if error is not None and first is None:
-                first = error
-        # Done even if a callback failed (KIP-429: its effects count as taken).
-        self.member.effect_done(effect.seq, self._now_ms())
-        self._wakeup.set()
-        self._changed()
-        if first is not None:
-            self.last_callback_error = first
-            if self._on_callback_error is not None:
-                result = self._on_callback_error(first)
-                if asyncio.iscoroutine(result):
-                    await result
-
-    async def _callback(self, name: str, items: Items, reason: str) -> CallbackError | None:
-        fn = getattr(self.listener, f"on_{name}", None) if self.listener is not None else None
-        log.info("member %s: %s %s (%s)", self.member_id, name, items, reason)
-        started = self._clock()
-        error: CallbackError | None = None
-        if fn is not None:
-            try:
-                await fn(items)
-            except Exception as e:
-                log.exception("member %s: on_%s(%s) raised", self.member_id, name, items)
-                error = CallbackError(name, items, e)
-        if self.metrics is not None:
-            self.metrics.callback(name, self._clock() - started, error is not None)
-        return error
 
     async def _assign(self, task: AssignmentTask) -> None:
         started = self._clock()
