@@ -110,12 +110,19 @@ def protocols_from_json(data: Sequence[Sequence[str]]) -> tuple[tuple[str, bytes
 def _group_params(r: GroupMetadata) -> Params:
     v = r.value
     assert v is not None
-    return {"group_id": r.group_id, "group_type": v.group_type, "group_epoch": v.epoch, "created_ms": v.created_ms}
+    return {
+        "group_id": r.group_id,
+        "group_type": v.group_type,
+        "group_epoch": v.epoch,
+        "created_ms": v.created_ms,
+        "config_offset": v.config_offset,
+    }
 
 
 def _group_row(row: Sequence[Any]) -> Record:
-    group_id, group_type, epoch, created_ms = row
-    return GroupMetadata(group_id, GroupMetadataValue(epoch=epoch, group_type=group_type, created_ms=created_ms))
+    group_id, group_type, epoch, created_ms, config_offset = row
+    value = GroupMetadataValue(epoch=epoch, group_type=group_type, created_ms=created_ms, config_offset=config_offset)
+    return GroupMetadata(group_id, value)
 
 
 def _connector_params(r: ConnectorRecord) -> Params:

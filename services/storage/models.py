@@ -49,6 +49,8 @@ GROUPS_TABLE = Table(
     _col("group_type", String),
     _col("group_epoch", Integer),
     _col("created_ms", BigInteger),
+    # The connector configuration version (migration 0006; groups stored before it: 0).
+    _col("config_offset", BigInteger, server_default=text("0")),
 )
 
 # ConnectorRecord.

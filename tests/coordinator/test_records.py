@@ -84,7 +84,15 @@ def test_join_writes_the_member_its_empty_assignment_and_a_group_epoch_bump() ->
             MemberMetadata(G, "m1", meta),
             CurrentAssignment(G, "m1", NO_ASSIGNMENT),
             RebalanceEvent(G, 1_000, EventType.MEMBER_JOINED, "m1", 1, 0, 0, {"instance_id": None, "url": ""}),
-            GroupMetadata(G, GroupMetadataValue(epoch=2, group_type=before.group_type, created_ms=before.created_ms)),
+            GroupMetadata(
+                G,
+                GroupMetadataValue(
+                    epoch=2,
+                    group_type=before.group_type,
+                    created_ms=before.created_ms,
+                    config_offset=before.config_offset,
+                ),
+            ),
             RebalanceEvent(G, 1_000, EventType.GROUP_EPOCH_BUMPED, "m1", 2, 0, 0, {"reason": "member_joined"}),
             RebalanceEvent(
                 G,
@@ -247,7 +255,9 @@ def test_a_stale_epoch_fences_the_member_and_holds_its_work() -> None:
             ),
         ],
     )
-    assert fenced.records[4] == GroupMetadata(G, GroupMetadataValue(g.epoch, g.meta.group_type, g.meta.created_ms))
+    assert fenced.records[4] == GroupMetadata(
+        G, GroupMetadataValue(g.epoch, g.meta.group_type, g.meta.created_ms, g.meta.config_offset)
+    )
     assert ctx.coordinator.timer.deadline(TimerKey(TimerKind.HELD, G, "m1")) == session
 
 

@@ -72,7 +72,8 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "env.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0005_classic_groups.py").is_file()
-    assert migrate.head_revision() == "0005"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0006_config_offset.py").is_file()
+    assert migrate.head_revision() == "0006"
     # Opening a current database compares with this constant instead of importing alembic.
     assert migrate.head_revision() == SCHEMA_HEAD
 
@@ -91,14 +92,14 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
     engine = create_engine(db_url)
     try:
         with engine.begin() as conn:
-            migrate.downgrade(conn, "0004")
+            migrate.downgrade(conn, "0005")
         old = Storage(db_url)
         with pytest.raises(
-            StorageError, match="at revision 0004, this version needs 0005: run `connect-coordinator migrate`"
+            StorageError, match="at revision 0005, this version needs 0006: run `connect-coordinator migrate`"
         ):
             old.open(migrate_schema=False)
         with engine.connect() as conn:
-            assert migrate.current_revision(conn) == "0004"
+            assert migrate.current_revision(conn) == "0005"
         old.open()  # migrating brings it to the head
         old.close()
         with engine.connect() as conn:
@@ -150,14 +151,15 @@ def test_upgrade_from_0004_keeps_the_data_and_stores_classic_groups_and_downgrad
         with engine.begin() as conn:
             migrate.upgrade(conn, "0004")
         assert not {"classic_groups", "classic_members"} & set(inspect(engine).get_table_names())
-        # Rows as release 0004 wrote them (its tables are unchanged by 0005).
+        # Rows as release 0004 wrote them (its tables are unchanged by 0005; 0006 adds a column).
         with engine.begin() as conn:
             for r in before_classic:
                 codec = CODECS[type(r)]
-                conn.execute(codec.table.insert(), codec.to_params(r))
-        with Storage(db_url) as s:  # opening migrates 0004 -> 0005
+                params = {k: v for k, v in codec.to_params(r).items() if k != "config_offset"}
+                conn.execute(codec.table.insert(), params)
+        with Storage(db_url) as s:  # opening migrates 0004 -> 0005 -> 0006
             with s.engine.connect() as conn:
-                assert migrate.current_revision(conn) == "0005"
+                assert migrate.current_revision(conn) == SCHEMA_HEAD
             assert s.load() == before_classic
             s.write(records)
             assert s.load() == records
@@ -172,6 +174,58 @@ def test_upgrade_from_0004_keeps_the_data_and_stores_classic_groups_and_downgrad
             assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
         with Storage(db_url) as s:  # and up again: the classic tables are back, empty
             assert s.load() == before_classic
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0005_gives_stored_groups_config_offset_0_and_downgrade_drops_only_the_column(
+    db_url: str,
+) -> None:
+    """0006 adds the groups' config offset: groups stored by 0005 load at 0 (what their offset was
+    never counted as), new ones keep theirs; downgrading to 0005 drops the column and nothing else."""
+    from dataclasses import replace
+
+    from services.coordinator.core.records import GroupMetadata, GroupMetadataValue
+    from tests.storage.records import every_state_record
+
+    records = every_state_record("g1") + every_state_record("g2")
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0005")
+            assert "config_offset" not in {c["name"] for c in inspect(conn).get_columns("groups")}
+            # Rows as release 0005 wrote them: the groups without a config offset.
+            for r in records:
+                codec = CODECS[type(r)]
+                params = {k: v for k, v in codec.to_params(r).items() if k != "config_offset"}
+                conn.execute(codec.table.insert(), params)
+        with Storage(db_url) as s:  # opening migrates 0005 -> 0006
+            with s.engine.connect() as conn:
+                assert migrate.current_revision(conn) == "0006"
+            loaded = s.load()
+            assert loaded == records
+            assert {r.value.config_offset for r in loaded if isinstance(r, GroupMetadata) and r.value} == {0}
+            bumped = [
+                GroupMetadata(r.group_id, replace(r.value, config_offset=2**40 + 7))
+                if isinstance(r, GroupMetadata) and r.value is not None and r.group_id == "g2"
+                else r
+                for r in records
+            ]
+            s.write(bumped)
+            assert s.load() == bumped
+            s.write([GroupMetadata("g3", GroupMetadataValue(epoch=1, created_ms=5, config_offset=9))])
+            assert GroupMetadata("g3", GroupMetadataValue(epoch=1, created_ms=5, config_offset=9)) in s.load()
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0005")
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0005"
+            assert "config_offset" not in {c["name"] for c in inspect(conn).get_columns("groups")}
+            assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 3
+            assert conn.exec_driver_sql("SELECT count(*) FROM classic_members").scalar() == 2
+        with Storage(db_url) as s:  # and up again: every group back at 0
+            reloaded = s.load()
+        assert {r.value.config_offset for r in reloaded if isinstance(r, GroupMetadata) and r.value} == {0}
+        assert len([r for r in reloaded if isinstance(r, GroupMetadata)]) == 3
     finally:
         engine.dispose()
 

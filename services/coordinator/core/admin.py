@@ -3,6 +3,9 @@ read-only views (ListGroups, DescribeGroups, DescribeConfigs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, all_items
@@ -10,6 +13,7 @@ from services.coordinator.core import explain, validation
 from services.coordinator.core.assignment import (
     AssignorSelectionError,
 )
+from services.coordinator.core.classic import _ordered as ordered_members
 from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     SCHEDULED_REBALANCE_MAX_DELAY,
@@ -73,10 +77,11 @@ class Admin(CoreBase):
                 before = all_items({req.connector: previous}) if previous is not None else EMPTY
                 after = all_items({req.connector: req.task_count})
                 sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count))
-                self._bump(
+                self._connectors_changed(
                     sink,
                     group,
                     "connector_added" if previous is None else "task_count_changed",
+                    now_ms,
                     **(after - before).names(),
                     **(before - after).names("removed_"),
                 )
@@ -85,6 +90,17 @@ class Admin(CoreBase):
         except ApiError as e:
             response = admin_pb2.PutConnectorResponse(error_code=e.code, error_message=e.message)
         return sink.result(response)
+
+    def _connectors_changed(self, sink: Sink, group: Group, reason: str, now: int, **details: Any) -> None:
+        """The group's connectors changed: its config offset grows (SPEC §12: Connect's config
+        offset, what a classic worker reads its connectors at). A `connect` group's epoch is bumped (a
+        new target follows); a classic group rebalances, as a Connect cluster does when its leader
+        sees the config change (`connector_changed`; the change itself is in the event's details)."""
+        sink.emit(GroupMetadata(group.group_id, replace(group.meta, config_offset=group.meta.config_offset + 1)))
+        if group.classic is None:
+            self._bump(sink, group, reason, **details)
+        else:
+            self._classic_connectors_changed(sink, group, now, change=reason, **details)
 
     def _check_group_bounds(self, group_id: str, connector: str, task_count: int) -> None:
         group = self.state.groups.get(group_id)
@@ -114,7 +130,7 @@ class Admin(CoreBase):
                 raise invalid(f"connector '{req.connector}' is not defined in group '{req.group_id}'")
             removed = all_items({req.connector: group.connectors[req.connector]})
             sink.emit(ConnectorRecord(group.group_id, req.connector, None))
-            self._bump(sink, group, "connector_removed", **removed.names("removed_"))
+            self._connectors_changed(sink, group, "connector_removed", now_ms, **removed.names("removed_"))
             self._after_change(sink, group, now_ms)
             response = admin_pb2.DeleteConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
@@ -175,11 +191,10 @@ class Admin(CoreBase):
                 result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, error
             elif group is None:
                 result.error_code, result.error_message = ErrorCode.GROUP_ID_NOT_FOUND, f"group '{gid}' does not exist"
-            elif group.members:
+            elif group.members or (group.classic is not None and group.classic.members):
+                members = len(group.members) + (len(group.classic.members) if group.classic is not None else 0)
                 result.error_code = ErrorCode.NON_EMPTY_GROUP
-                result.error_message = (
-                    f"group '{gid}' has {len(group.members)} members; only an empty group can be deleted"
-                )
+                result.error_message = f"group '{gid}' has {members} members; only an empty group can be deleted"
             else:
                 self._delete_group(sink, group)
         return sink.result(response)
@@ -242,7 +257,14 @@ class Admin(CoreBase):
     def _delete_group(self, sink: Sink, group: Group) -> None:
         sink.event(group, EventType.GROUP_DELETED, **all_items(group.connectors).names("removed_"))
         sink.emit(GroupMetadata(group.group_id, None))
-        for kind in (TimerKind.RETENTION, TimerKind.SCHEDULED, TimerKind.ASSIGNMENT):
+        kinds = (
+            TimerKind.RETENTION,
+            TimerKind.SCHEDULED,
+            TimerKind.ASSIGNMENT,
+            TimerKind.CLASSIC_JOIN,
+            TimerKind.CLASSIC_SYNC,
+        )
+        for kind in kinds:
             self.timer.cancel(TimerKey(kind, group.group_id))
         for mid in group.held:
             self.timer.cancel(TimerKey(TimerKind.HELD, group.group_id, mid))
@@ -257,7 +279,7 @@ class Admin(CoreBase):
         response = admin_pb2.ListGroupsResponse()
         for gid in sorted(self.state.groups):
             group = self.state.groups[gid]
-            state = group.state()
+            state = explain.group_state(group)
             if (states and state.lower() not in states) or (types and group.meta.group_type not in types):
                 continue
             response.groups.add(group_id=gid, group_state=state, group_type=group.meta.group_type)
@@ -298,7 +320,10 @@ class Admin(CoreBase):
                 continue
             # Sized before it is built (a generous estimate), and counted as built: the answer stays
             # under the send limit whatever the groups hold; the groups past it say so.
-            if _describe_estimate(group, req.accept_task_ranges) > budget:
+            classic = group.classic
+            views = [explain.classic_view(classic, m) for m in ordered_members(classic)] if classic else []
+            estimate = _describe_estimate(group, req.accept_task_ranges) + explain.classic_estimate(views)
+            if estimate > budget:
                 described.error_code = ErrorCode.INVALID_REQUEST
                 described.error_message = (
                     f"the answer would pass {DESCRIBE_ANSWER_BYTES} bytes with this group: describe it on its own"
@@ -307,7 +332,8 @@ class Admin(CoreBase):
                 described.group_state = "Dead"
                 continue
             described.group_type = group.meta.group_type
-            described.group_state = group.state()
+            described.group_state = explain.group_state(group)
+            described.config_offset = group.meta.config_offset
             described.group_epoch = group.epoch
             described.assignment_epoch = group.assignment_epoch
             described.assignor_name = self._safe_assignor(group)
@@ -329,6 +355,8 @@ class Admin(CoreBase):
                 group.pending_of(m).to_proto(dm.pending, compact_tasks=compact_tasks)
                 explain.describe_member(dm, group, m, self.timer)
             explain.describe_group(described, group, self.timer)
+            if classic is not None:
+                explain.describe_classic(described, group, views, req.accept_task_ranges)
             budget -= described.ByteSize()
         return response
 

@@ -549,10 +549,12 @@ class ClassicGroups(CoreBase):
         else:
             self._maybe_complete_join(sink, group, now)
 
-    def _prepare_rebalance(self, sink: Sink, group: Group, reason: str, now: int, member_id: str = "") -> None:
+    def _prepare_rebalance(
+        self, sink: Sink, group: Group, reason: str, now: int, member_id: str = "", **details: Any
+    ) -> None:
         """Kafka's prepareRebalance: members waiting in SyncGroup are told to rejoin, the group is
         PreparingRebalance; the first rebalance of an empty group waits the initial delay, any other
-        one ends once every member rejoined, or at the rebalance timeout."""
+        one ends once every member rejoined, or at the rebalance timeout. `details` go in its event."""
         classic = group.classic
         assert classic is not None
         gid = group.group_id
@@ -564,7 +566,7 @@ class ClassicGroups(CoreBase):
         initial = classic.state == EMPTY
         self._set_group(sink, group, state=PREPARING)
         classic.rebalance_reason = reason
-        self._event(sink, group, EventType.CLASSIC_REBALANCE_STARTED, member_id, reason=reason)
+        self._event(sink, group, EventType.CLASSIC_REBALANCE_STARTED, member_id, reason=reason, **details)
         key = TimerKey(TimerKind.CLASSIC_JOIN, gid)
         if initial:
             delay = self.config.classic_initial_rebalance_delay_ms
@@ -575,6 +577,17 @@ class ClassicGroups(CoreBase):
             self._complete_join(sink, group, now)
         else:
             self.timer.schedule(key, now + classic.rebalance_timeout_ms())
+
+    def _classic_connectors_changed(self, sink: Sink, group: Group, now: int, **details: Any) -> None:
+        """PutConnector / DeleteConnector changed the group's connectors: as in a Connect cluster, whose
+        leader sees the config change and the group rejoins, a Stable or CompletingRebalance group
+        rebalances (its members learn it from their heartbeats or their parked SyncGroup); a
+        rebalance under way goes on (its leader reads the new configuration), an empty group has
+        nobody to tell."""
+        classic = group.classic
+        assert classic is not None
+        if classic.members and classic.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(sink, group, "connector_changed", now, **details)
 
     def _maybe_complete_join(self, sink: Sink, group: Group, now: int) -> None:
         """Kafka's maybeCompleteJoinPhase: once every member rejoined -- not during the initial delay,

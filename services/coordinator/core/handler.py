@@ -303,3 +303,6 @@ class CoreBase:
 
     def _classic_yield_to_connect(self, sink: Sink, group: Group) -> None:
         raise NotImplementedError
+
+    def _classic_connectors_changed(self, sink: Sink, group: Group, now: int, **details: Any) -> None:
+        raise NotImplementedError

@@ -78,6 +78,9 @@ class GroupMetadataValue:
     epoch: int
     group_type: str = "connect"
     created_ms: int = 0
+    # The group's connector configuration version (SPEC §12, Connect's config offset): one more with
+    # every PutConnector / DeleteConnector that changes something; never goes back.
+    config_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

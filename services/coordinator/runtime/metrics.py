@@ -14,9 +14,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from services.coordinator.core.records import ClassicGroupState
 from services.coordinator.core.state import GROUP_STATES, CoordinatorState
 
 PREFIX = "connect_coordinator"
+# A classic group's states as `connect_coordinator_classic_groups` labels them (KIP-848's
+# classic-group-count: snake case).
+CLASSIC_STATES = tuple(ClassicGroupState)
+CLASSIC_STATE_LABELS = {
+    ClassicGroupState.EMPTY: "empty",
+    ClassicGroupState.PREPARING_REBALANCE: "preparing_rebalance",
+    ClassicGroupState.COMPLETING_REBALANCE: "completing_rebalance",
+    ClassicGroupState.STABLE: "stable",
+    ClassicGroupState.DEAD: "dead",
+}
 
 # The *_created series double the exposition size and carry nothing an operator needs here.
 disable_created_metrics()
@@ -41,13 +52,25 @@ class _GroupCollector(Collector):
         yield by_type
         by_state = GaugeMetricFamily(f"{PREFIX}_connect_groups", "Connect groups by state.", labels=["state"])
         counts = dict.fromkeys(GROUP_STATES, 0)
+        classic_counts = dict.fromkeys(CLASSIC_STATES, 0)
         for g in groups:
-            counts[g.state()] += 1
+            if g.classic is None:
+                counts[g.state()] += 1
+            else:
+                classic_counts[g.classic.state] += 1
         for s, n in counts.items():
             by_state.add_metric([s.lower()], n)
         yield by_state
-        members = GaugeMetricFamily(f"{PREFIX}_members", "Members across all groups.")
-        members.add_metric([], sum(len(g.members) for g in groups))
+        by_classic_state = GaugeMetricFamily(
+            f"{PREFIX}_classic_groups", "Classic groups by state (SPEC §12).", labels=["state"]
+        )
+        for cs, n in classic_counts.items():
+            by_classic_state.add_metric([CLASSIC_STATE_LABELS[cs]], n)
+        yield by_classic_state
+        members = GaugeMetricFamily(f"{PREFIX}_members", "Members across all groups (classic members too).")
+        members.add_metric(
+            [], sum(len(g.members) + (len(g.classic.members) if g.classic is not None else 0) for g in groups)
+        )
         yield members
 
 
