@@ -398,6 +398,14 @@ class ClassicMember:
         """The next request to send now, if one is due (then in flight until its outcome is reported).
         Call until None: a config read may go out beside a group request."""
         self.tick(now_ms)
+        if self.state == ClassicState.STABLE:
+            if self._rejoin_at is not None and now_ms >= self._rejoin_at:
+                self._rejoin_at = None
+                self._begin_rejoin(now_ms, "the assignment's delay passed")
+            elif self._rejoin_wanted and self._effect is None and self._running == self._target:
+                # After the answer's revocations and starts (Connect starts its new items before the
+                # follow-up rebalance's JoinGroup reports them).
+                self._begin_rejoin(now_ms, self._rejoin_reason)
         if self._config_req is None and self._config_due(now_ms):
             return self._send_config(now_ms)
         if self._control is not None:
@@ -413,12 +421,6 @@ class ClassicMember:
                 timeout = max(1, min(timeout, deadline - now_ms))
             leave = classic_pb2.LeaveGroupRequest(group_id=self.config.group_id, member_ids=[self.member_id])
             return self._send(now_ms, RequestKind.LEAVE, leave, timeout)
-        if self.state == ClassicState.STABLE:
-            if self._rejoin_at is not None and now_ms >= self._rejoin_at:
-                self._rejoin_at = None
-                self._begin_rejoin(now_ms, "the assignment's delay passed")
-            elif self._rejoin_wanted:
-                self._begin_rejoin(now_ms, self._rejoin_reason)
         if self.state == ClassicState.JOINING:
             if not self._join_ready(now_ms):
                 return None

@@ -294,3 +294,21 @@ def test_describe_of_a_missing_group_is_no_connectors() -> None:
     assert m.connectors == {} and m.config_offset == 0
     join = m.poll_request(1)
     assert join is not None and join.kind == RequestKind.JOIN
+
+
+def test_the_same_seed_gives_the_same_run() -> None:
+    def trace() -> list[tuple[int, str, str]]:
+        sim = Sim("sessioned", effect_ms=100, seed=7)
+        sim.put("a", 3)
+        out = []
+        for i in range(3):
+            sim.add(f"w{i}")
+            sim.run(1_500)
+        sim.run_until_converged()
+        sim.crash("w1")
+        sim.run(20_000)
+        for n, w in sorted(sim.workers.items()):
+            out.append((w.member.generation, n, str(w.member.running)))
+        return out
+
+    assert trace() == trace()
