@@ -17,6 +17,8 @@ command goes to the group's coordinator, `list` asks every live replica. The glo
 
 Members are shown by instance id (or client id), URL and the first 8 characters of their member id
 (--output json: the whole id); on a terminal (or with $COLUMNS) tables are fitted to its width.
+Classic groups (SPEC §12) are shown by their own terms: state (PreparingRebalance,
+CompletingRebalance, Stable, Empty), generation, protocol, leader, and what each member runs.
 
 Exit codes scripts can rely on: 0 success; 1 the coordinator answered with an error (its code and
 message are printed); 2 bad command line; 3 the coordinator could not be reached.
@@ -327,9 +329,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = p.add_subparsers(dest="command", required=True)
     ls = command(sub, "list", help="list groups")
-    ls.add_argument("--state", action="append", help="only groups in this state (repeatable)")
-    ls.add_argument("--type", action="append", help="only groups of this type (repeatable)")
-    d = command(sub, "describe", help="describe groups: epochs, members, current/target/pending items")
+    ls.add_argument("--state", action="append", help="only groups in this state (repeatable, any case)")
+    ls.add_argument("--type", action="append", help="only groups of this type: connect or classic (repeatable)")
+    d = command(
+        sub,
+        "describe",
+        help="describe groups: epochs, members, current/target/pending items (classic groups: generation, "
+        "protocol, leader, members and what they run)",
+    )
     d.add_argument("groups", nargs="+")
     d.add_argument("--watch", action="store_true", help="refresh until Ctrl-C, highlighting what changed")
     d.add_argument("--interval", type=_positive, default=2.0, metavar="S", help="seconds between refreshes (--watch)")

@@ -176,7 +176,7 @@ class MemberNames:
 
 # ---- events ----------------------------------------------------------------------------------
 
-_EVENT_NAME_WIDTH = 23  # revocation_acknowledged
+_EVENT_NAME_WIDTH = 28  # classic_assignment_installed
 _EVENT_MEMBER_WIDTH = 24  # "worker-123 (1a2b3c4d)"
 _NARROW = 110  # below this many columns, the time of day without the date
 
@@ -303,14 +303,20 @@ def group_reasons(
     return out
 
 
+def _connectors_line(g: admin_pb2.DescribedGroup) -> str:
+    return f"CONNECTORS {', '.join(f'{c.name}({c.task_count} tasks)' for c in g.connectors) or '-'}"
+
+
 def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | None = None) -> str:
     """The group, its members (named by instance or client id, then URL and short member id) and
     WHY it waits, fitted to `width` columns (None: no limit)."""
+    if g.group_type == CLASSIC:
+        return render_classic_group(g, width)
     head = [
         f"GROUP {g.group_id}  state={g.group_state}  group_epoch={g.group_epoch}  "
         f"assignment_epoch={g.assignment_epoch}  assignor={g.assignor_name or '-'}  "
-        f"target_computed_by={g.target_computed_by or '-'}",
-        f"CONNECTORS {', '.join(f'{c.name}({c.task_count} tasks)' for c in g.connectors) or '-'}",
+        f"target_computed_by={g.target_computed_by or '-'}  config_offset={g.config_offset}",
+        _connectors_line(g),
     ]
     names = MemberNames(g.members)
     for h in g.held:
@@ -339,6 +345,54 @@ def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | N
 
 
 MEMBER_COLUMNS = ("WORKER", "URL", "MEMBER", "EPOCH", "STATE", "ASSIGNED", "TARGET", "PENDING")
+
+# ---- classic groups (SPEC §12) ---------------------------------------------------------------------
+
+CLASSIC = "classic"
+CLASSIC_MEMBER_COLUMNS = ("WORKER", "URL", "MEMBER", "GENERATION", "STATE", "ASSIGNED")
+_UNREADABLE = "Unreadable"  # a classic member's state when its bytes are not Connect's protocol
+
+# What a classic group's state means for its members (its WHY line).
+_CLASSIC_WHY = {
+    "PreparingRebalance": "rebalancing: members are told to rejoin at their next heartbeat; "
+    "the join phase ends once all rejoined, or at the rebalance timeout",
+    "CompletingRebalance": "waiting for the leader's assignment (SyncGroup) of generation {generation}",
+}
+
+
+def render_classic_group(g: admin_pb2.DescribedGroup, width: int | None = None) -> str:
+    """A classic group: its state, generation, protocol and leader, and one row per member (named by
+    client id, then its URL and short member id) with what it runs by the coordinator's account;
+    WHY: the rebalance under way, and members whose bytes do not decode."""
+    names = MemberNames(g.members)
+    head = [
+        f"GROUP {g.group_id}  type=classic  state={g.group_state}  generation={g.generation_id}  "
+        f"protocol={g.protocol_name or '-'}  leader={names(g.leader_id)}  config_offset={g.config_offset}",
+        _connectors_line(g),
+    ]
+    rows = [
+        (
+            member_name(m) or "-",
+            m.url or "-",
+            short_id(m.member_id),
+            m.member_epoch,
+            m.member_state.split(":", 1)[0],
+            items_text(m.assignment),
+        )
+        for m in g.members
+    ]
+    lines = [x for line in head for x in wrap(line, width)]
+    lines.append(table(rows, CLASSIC_MEMBER_COLUMNS, width, keep=(0, 2)))
+    why = []
+    if g.group_state in _CLASSIC_WHY:
+        why.append(f"  group: {_CLASSIC_WHY[g.group_state].format(generation=g.generation_id)}")
+    for m in g.members:
+        state, _, error = m.member_state.partition(": ")
+        if state == _UNREADABLE:
+            why.append(f"  {names(m.member_id)}: its bytes are not Connect's protocol ({error}): items unknown")
+    if why:
+        lines += ["WHY"] + [x for line in why for x in wrap(line, width)]
+    return "\n".join(lines)
 
 
 # ---- describe --watch ----------------------------------------------------------------------------
