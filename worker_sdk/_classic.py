@@ -112,6 +112,7 @@ from worker_sdk._member import RETRIABLE_ERRORS, Effect, RebalanceCompleted, _er
 log = logging.getLogger("worker_sdk.classic")
 
 NO_GENERATION = -1  # AbstractCoordinator.Generation.NO_GENERATION
+_MAX_REASON = 256
 EAGER_PROTOCOL = "default"
 CONNECT_PROTOCOL_MODES = ("eager", "compatible", "sessioned")
 
@@ -500,7 +501,8 @@ class ClassicMember:
             protocol_type=PROTOCOL_TYPE,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout_ms,
-            reason=self._rejoin_reason or "join",
+            # Informational, and bounded by the coordinator (1024): a coordinator's message it quotes is cut.
+            reason=(self._rejoin_reason or "join")[:_MAX_REASON],
         )
         if self.config.client_id:
             req.client_id = self.config.client_id
