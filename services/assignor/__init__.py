@@ -1,4 +1,4 @@
-"""The assignor: computes Kafka Connect target assignments (eager and incremental cooperative).
+"""The assignor: computes Kafka Connect target assignments (eager, incremental cooperative, load-balanced).
 
 Public surface:
 
@@ -10,16 +10,31 @@ Public surface:
 Everything is pure: no I/O, no clock (``now_ms`` comes in the request), deterministic.
 """
 
+from services.assignor._load import InvalidLoadInput
 from services.assignor._model import (
+    DEFAULT_LOAD_COOLDOWN_MS,
+    DEFAULT_LOAD_RATIO,
     DEFAULT_MAX_DELAY_MS,
+    LOAD_COOLDOWN_CONFIG,
+    LOAD_MAX_MOVES_CONFIG,
+    LOAD_RATIO_CONFIG,
     MAX_DELAY_CONFIG,
     AssignInput,
     AssignorState,
     AssignOutput,
+    LoadMove,
     LostWork,
     Member,
 )
-from services.assignor._proto import ASSIGNORS, EAGER, INCREMENTAL_COOPERATIVE, MAX_TASKS, assign, list_assignors
+from services.assignor._proto import (
+    ASSIGNORS,
+    EAGER,
+    INCREMENTAL_COOPERATIVE,
+    LOAD_BALANCED,
+    MAX_TASKS,
+    assign,
+    list_assignors,
+)
 
 
 def compute(assignor_name: str, inp: AssignInput) -> AssignOutput:
@@ -28,14 +43,22 @@ def compute(assignor_name: str, inp: AssignInput) -> AssignOutput:
 
 
 __all__ = [
+    "DEFAULT_LOAD_COOLDOWN_MS",
+    "DEFAULT_LOAD_RATIO",
     "DEFAULT_MAX_DELAY_MS",
     "EAGER",
     "INCREMENTAL_COOPERATIVE",
+    "LOAD_BALANCED",
+    "LOAD_COOLDOWN_CONFIG",
+    "LOAD_MAX_MOVES_CONFIG",
+    "LOAD_RATIO_CONFIG",
     "MAX_DELAY_CONFIG",
     "MAX_TASKS",
     "AssignInput",
     "AssignOutput",
     "AssignorState",
+    "InvalidLoadInput",
+    "LoadMove",
     "LostWork",
     "Member",
     "assign",

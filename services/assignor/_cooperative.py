@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, not_
 
-from services.assignor._balance import TaskShedder, rebalance, shed_connectors
+from services.assignor._balance import Moves, TaskShedder, rebalance, shed_connectors
 from services.assignor._model import AssignInput, AssignorState, AssignOutput, LostWork, Member
+from services.assignor._racks import spread_by_count
 from services.common.items import EMPTY, Items, TaskId
 
 _member_id = attrgetter("member_id")
@@ -64,6 +65,48 @@ class _Base:
 
 
 def assign_incremental(inp: AssignInput) -> AssignOutput:
+    plan = plan_run(inp)
+    connector_moves = balance_connectors(plan)
+    # The member with fewer connectors gets the extra task when the tasks do not divide evenly.
+    task_moves = rebalance(
+        plan.base.tasks,
+        plan.fresh_tasks,
+        plan.released_tasks,
+        plan.candidate_positions,
+        allow_revoke=not plan.holding,
+        shed=TaskShedder(),
+        tiebreak=connector_moves.counts,
+    )
+    if plan.racks is not None and not plan.holding:
+        spread_by_count(plan.base.tasks, task_moves, plan.racks)
+    return finish(inp, plan, connector_moves, task_moves)
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a cooperative run knows before balancing: the members (by position, sorted by id), their
+    sticky base, the lost work and whether it is held, and the items that have no member."""
+
+    ids: list[str]
+    members: list[Member]
+    targets: list[Items]
+    base: _Base
+    lost: tuple[LostWork, ...]
+    holding: bool
+    remaining_ms: int
+    delay_start: int
+    candidates: frozenset[str]
+    candidate_positions: frozenset[int]
+    fresh_connectors: list[str]
+    fresh_tasks: list[TaskId]
+    released_connectors: list[str]
+    released_tasks: list[TaskId]
+    # Each member's rack by position ("" for a member without one), or None when nobody declares one.
+    racks: list[str] | None
+
+
+def plan_run(inp: AssignInput) -> Plan:
+    """The sticky base, lost and returned work, the delay, and the unassigned items of one run."""
     # Members are positions in id order from here on; what is known of them is held in lists by
     # position, built by C-level passes (at 10,000 members a dict per step was most of a run).
     members = sorted(inp.members, key=_member_id)
@@ -121,33 +164,44 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
 
     lost_connectors = {c for w in lost for c in w.items.connectors}
     lost_tasks = {t for w in lost for t in w.items.tasks}
-    fresh_connectors = _unclaimed_connectors(conns, base, lost_connectors)
-    fresh_tasks = _unclaimed_tasks(conns, total_tasks, base, lost_tasks)
-    released_connectors = [] if holding else sorted(lost_connectors)
-    released_tasks = [] if holding else sorted(lost_tasks)
-
-    connector_moves = rebalance(
-        base.connectors,
-        fresh_connectors,
-        released_connectors,
+    racks = list(map(_rack_or_blank, members)) if any(map(_rack, members)) else None
+    return Plan(
+        ids,
+        members,
+        targets,
+        base,
+        lost,
+        holding,
+        remaining_ms,
+        delay_start,
+        candidates,
         candidate_positions,
-        allow_revoke=not holding,
+        _unclaimed_connectors(conns, base, lost_connectors),
+        _unclaimed_tasks(conns, total_tasks, base, lost_tasks),
+        [] if holding else sorted(lost_connectors),
+        [] if holding else sorted(lost_tasks),
+        racks,
+    )
+
+
+def balance_connectors(plan: Plan) -> Moves[str]:
+    """The connectors, balanced by count (the same rule for every cooperative assignor)."""
+    return rebalance(
+        plan.base.connectors,
+        plan.fresh_connectors,
+        plan.released_connectors,
+        plan.candidate_positions,
+        allow_revoke=not plan.holding,
         shed=shed_connectors,
     )
-    # The member with fewer connectors gets the extra task when the tasks do not divide evenly.
-    task_moves = rebalance(
-        base.tasks,
-        fresh_tasks,
-        released_tasks,
-        candidate_positions,
-        allow_revoke=not holding,
-        shed=TaskShedder(),
-        tiebreak=connector_moves.counts,
-    )
 
+
+def finish(inp: AssignInput, plan: Plan, connector_moves: Moves[str], task_moves: Moves[TaskId]) -> AssignOutput:
+    """The targets, the state to remember and the delay, once both kinds are balanced."""
+    ids, base = plan.ids, plan.base
     # A member whose base is its target and that gains and loses nothing keeps its target object;
     # only the others (after one join: the few that give up or receive something) are rebuilt.
-    out: dict[str, Items] = dict(zip(ids, targets, strict=True))
+    out: dict[str, Items] = dict(zip(ids, plan.targets, strict=True))
     rebuilt = set(base.touched)
     for moves in (connector_moves, task_moves):
         rebuilt.update(moves.gained, moves.revoked)
@@ -163,13 +217,22 @@ def assign_incremental(inp: AssignInput) -> AssignOutput:
         out[ids[i]] = Items(frozenset(cs), frozenset(ts))
 
     moved = sum(map(len, connector_moves.revoked.values())) + sum(map(len, task_moves.revoked.values()))
-    moved += len(released_connectors) + len(released_tasks)
-    instances = {m.member_id: m.instance_id for m in members if m.instance_id}
-    if holding:
-        state = AssignorState(delay_start_ms=delay_start, lost=lost, candidates=candidates, instances=instances)
+    moved += len(plan.released_connectors) + len(plan.released_tasks)
+    instances = {m.member_id: m.instance_id for m in plan.members if m.instance_id}
+    if plan.holding:
+        state = AssignorState(
+            delay_start_ms=plan.delay_start, lost=plan.lost, candidates=plan.candidates, instances=instances
+        )
     else:
         state = AssignorState(instances=instances)
-    return AssignOutput(out, state, remaining_ms, moved)
+    return AssignOutput(out, state, plan.remaining_ms, moved)
+
+
+_rack = attrgetter("rack")
+
+
+def _rack_or_blank(member: Member) -> str:
+    return member.rack or ""
 
 
 def _claim_targets(

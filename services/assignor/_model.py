@@ -15,6 +15,12 @@ from services.common.items import EMPTY, Items, TaskId
 
 DEFAULT_MAX_DELAY_MS = 300_000
 MAX_DELAY_CONFIG = "scheduled.rebalance.max.delay.ms"
+# The load-balanced assignor's settings (SPEC §13), as group configs.
+LOAD_RATIO_CONFIG = "group.connect.load.balance.ratio"
+LOAD_MAX_MOVES_CONFIG = "group.connect.load.max.moves"
+LOAD_COOLDOWN_CONFIG = "group.connect.load.cooldown.ms"
+DEFAULT_LOAD_RATIO = 1.1
+DEFAULT_LOAD_COOLDOWN_MS = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,10 @@ class Member:
     instance_id: str | None = None
     # Its part of the current target; empty falls back to ``AssignInput.previous_target``.
     target: Items = EMPTY
+    # What it can carry relative to the others (load-balanced: it is given load in proportion), > 0.
+    capacity: float = 1.0
+    # Its rack or zone; with racks declared the cooperative assignors spread each connector's tasks.
+    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,8 @@ class AssignorState:
     lost: tuple[LostWork, ...] = ()
     candidates: frozenset[str] = frozenset()
     instances: Mapping[str, str] = field(default_factory=dict)
+    # load-balanced: when each task last moved for load (ms), kept only while its cooldown runs.
+    moved_at: Mapping[TaskId, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         """Compact, deterministic JSON; empty bytes when there is nothing to remember."""
@@ -64,6 +76,8 @@ class AssignorState:
             }
         if self.instances:
             data["inst"] = dict(sorted(self.instances.items()))
+        if self.moved_at:
+            data["load"] = [[c, t, ms] for (c, t), ms in sorted(self.moved_at.items())]
         if not data:
             return b""
         data["v"] = 1
@@ -103,9 +117,10 @@ def _decode(data: Any) -> AssignorState:
     if not isinstance(data, dict) or data.get("v") != 1:
         return EMPTY_STATE
     instances = {_str(k): _str(v) for k, v in data.get("inst", {}).items()}
+    moved_at = {TaskId(_str(c), _int(t)): _int(ms) for c, t, ms in data.get("load", [])}
     delay = data.get("delay")
     if delay is None:
-        return AssignorState(instances=instances)
+        return AssignorState(instances=instances, moved_at=moved_at)
     lost = tuple(
         LostWork(
             member_id=_str(w["m"]),
@@ -118,12 +133,13 @@ def _decode(data: Any) -> AssignorState:
         for w in delay["lost"]
     )
     if not lost:
-        return AssignorState(instances=instances)
+        return AssignorState(instances=instances, moved_at=moved_at)
     return AssignorState(
         delay_start_ms=_int(delay["start"]),
         lost=lost,
         candidates=frozenset(_str(m) for m in delay["cand"]),
         instances=instances,
+        moved_at=moved_at,
     )
 
 
@@ -145,6 +161,17 @@ class AssignInput:
     # items cost, not what all tasks do. Unset: everything is checked (a target can name deleted
     # connectors or list an item twice, and is repaired).
     targets_checked: bool = False
+    # load-balanced only (the other assignors ignore them). Measured loads (>= 0, any unit, the same
+    # for all items) of the items that reported one; a task without one counts as its connector's
+    # ``task_weights`` (default 1.0) times the mean load per unit of weight of the tasks with one, a
+    # connector without one as 0. Items not configured are ignored.
+    task_loads: Mapping[TaskId, float] = field(default_factory=dict)
+    connector_loads: Mapping[str, float] = field(default_factory=dict)
+    task_weights: Mapping[str, float] = field(default_factory=dict)
+    load_balance_ratio: float = DEFAULT_LOAD_RATIO
+    # At most this many tasks move for load per run; None: 10 % of the items, at least 1.
+    load_max_moves: int | None = None
+    load_cooldown_ms: int = DEFAULT_LOAD_COOLDOWN_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +183,20 @@ class AssignOutput:
     rebalance_delay_ms: int = 0
     # Items taken from one member (live or departed) and given to another; new items are not counted.
     moved: int = 0
+    # load-balanced: the moves made for load, in order.
+    load_moves: tuple[LoadMove, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMove:
+    """One step of the load-balanced assignor: ``out`` go from ``source`` (the most loaded member it
+    balances) to ``target`` and ``back`` (a swap, or empty) the other way; ``before``/``after``
+    are (source, target) load / capacity before and after the step, both after values below the
+    source's before value."""
+
+    source: str
+    target: str
+    out: tuple[TaskId, ...]
+    back: tuple[TaskId, ...]
+    before: tuple[float, float]
+    after: tuple[float, float]

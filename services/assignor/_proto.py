@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, NoReturn, cast
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
 from services.assignor._eager import assign_eager
+from services.assignor._load import assign_load_balanced
 from services.assignor._model import (
     DEFAULT_MAX_DELAY_MS,
     MAX_DELAY_CONFIG,
@@ -25,6 +26,7 @@ from services.common import compact
 from services.common.items import EMPTY, Items, TaskId
 
 INCREMENTAL_COOPERATIVE = "incremental-cooperative"
+LOAD_BALANCED = "load-balanced"
 EAGER = "eager"
 # Enumerating the tasks is linear in their number; this bounds what one request can make us allocate.
 MAX_TASKS = 1_000_000
@@ -43,6 +45,8 @@ class AssignorInfo:
 ASSIGNORS: dict[str, AssignorInfo] = {
     INCREMENTAL_COOPERATIVE: AssignorInfo(INCREMENTAL_COOPERATIVE, 1, 2, assign_incremental),
     EAGER: AssignorInfo(EAGER, 0, 0, assign_eager),
+    # Last: a group gets it only by asking for it (it needs loads to differ from the first).
+    LOAD_BALANCED: AssignorInfo(LOAD_BALANCED, 1, 2, assign_load_balanced),
 }
 
 

@@ -21,6 +21,7 @@ def test_list_assignors() -> None:
     assert [(a.name, a.minimum_version, a.maximum_version) for a in list_assignors()] == [
         (INCREMENTAL_COOPERATIVE, 1, 2),
         (EAGER, 0, 0),
+        ("load-balanced", 1, 2),
     ]
 
 

@@ -29,7 +29,7 @@ async def _exercise(address: str) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = assignor_pb2_grpc.ConnectAssignorStub(channel)
         listed = await stub.ListAssignors(assignor_pb2.ListAssignorsRequest(), timeout=10)
-        assert [a.name for a in listed.assignors] == ["incremental-cooperative", "eager"]
+        assert [a.name for a in listed.assignors] == ["incremental-cooperative", "eager", "load-balanced"]
 
         response = await stub.Assign(_request(), timeout=10)
         assert response.error == 0

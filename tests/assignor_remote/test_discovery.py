@@ -16,7 +16,7 @@ from services.coordinator.runtime.discovery import AssignorDirectory
 from services.coordinator.runtime.metrics import CoordinatorMetrics
 from tests.fixtures.net import free_port
 
-BUILT_IN = {"incremental-cooperative": (1, 2), "eager": (0, 0)}
+BUILT_IN = {"incremental-cooperative": (1, 2), "eager": (0, 0), "load-balanced": (1, 2)}
 
 
 def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_served_twice_is_reported() -> None:
@@ -63,7 +63,7 @@ def test_a_late_service_is_found_one_that_goes_away_keeps_its_names_and_a_name_s
             await directory.refresh()
             assert directory.conflicts == {name: [b.address, a.address] for name in BUILT_IN}
             assert {name: directory.service_for(name) for name in BUILT_IN} == dict.fromkeys(BUILT_IN, b.address)
-            assert metrics.assignor_name_conflicts._value.get() == 2
+            assert metrics.assignor_name_conflicts._value.get() == len(BUILT_IN)
         finally:
             await directory.close()
             await a.stop(0)
