@@ -20,6 +20,47 @@ def parse_int(raw: str, name: str) -> int:
     return int(raw)
 
 
+# The feature flag (SPEC §12): the group protocols a server speaks, and the migration policies.
+REBALANCE_PROTOCOLS_KEY = "group.coordinator.rebalance.protocols"
+MIGRATION_POLICY_KEY = "group.connect.migration.policy"
+PROTOCOL_CLASSIC = "classic"
+PROTOCOL_CONNECT = "connect"
+PROTOCOLS = (PROTOCOL_CLASSIC, PROTOCOL_CONNECT)
+POLICY_BIDIRECTIONAL = "bidirectional"
+POLICY_UPGRADE = "upgrade"
+POLICY_DOWNGRADE = "downgrade"
+POLICY_DISABLED = "disabled"
+MIGRATION_POLICIES = (POLICY_BIDIRECTIONAL, POLICY_UPGRADE, POLICY_DOWNGRADE, POLICY_DISABLED)
+
+
+def parse_protocols(raw: str) -> tuple[str, ...]:
+    """`group.coordinator.rebalance.protocols`: a comma-separated list of `classic` and `connect`
+    (case-insensitive, each at most once, at least one)."""
+    names = [part.strip().lower() for part in raw.split(",")]
+    if not raw.strip() or any(name not in PROTOCOLS for name in names) or len(set(names)) != len(names):
+        shown = raw if len(raw) <= 64 else raw[:64] + "..."
+        raise ValueError(
+            f"{REBALANCE_PROTOCOLS_KEY} must be a comma-separated list of {', '.join(PROTOCOLS)} "
+            f"(each at most once), got {shown!r}"
+        )
+    return tuple(p for p in PROTOCOLS if p in names)
+
+
+def parse_migration_policy(raw: str, name: str) -> str:
+    """A migration policy (case-insensitive), else ValueError naming `name` and the allowed values."""
+    policy = raw.strip().lower()
+    if policy not in MIGRATION_POLICIES:
+        shown = raw if len(raw) <= 64 else raw[:64] + "..."
+        raise ValueError(f"{name} must be one of {', '.join(MIGRATION_POLICIES)} (any case), got {shown!r}")
+    return policy
+
+
+def policy_allows(policy: str, direction: str) -> bool:
+    """Whether `policy` allows converting a non-empty group in `direction` (POLICY_UPGRADE or
+    POLICY_DOWNGRADE)."""
+    return policy in (POLICY_BIDIRECTIONAL, direction)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """Server-side defaults and bounds; the dynamic group configs are validated against these."""
@@ -86,6 +127,11 @@ class ServerConfig:
     # client host without one), a burst of one second's worth; over it answers are delayed up to
     # 1 s, then refused in band (THROTTLING_QUOTA_EXCEEDED). 0: no quota.
     principal_request_rate: int = 5_000
+    # The feature flag (SPEC §12): the group protocols this server speaks (a protocol left out is
+    # refused on every one of its RPCs with UNSUPPORTED_VERSION naming the key), and the default
+    # migration policy of groups (their `migration.policy` config overrides it).
+    rebalance_protocols: tuple[str, ...] = ("classic", "connect")
+    migration_policy: str = "bidirectional"
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -122,20 +168,29 @@ class ServerConfig:
         "group.classic.min.session.timeout.ms": "classic_min_session_timeout_ms",
         "group.classic.max.session.timeout.ms": "classic_max_session_timeout_ms",
         "group.coordinator.principal.request.rate": "principal_request_rate",
+        REBALANCE_PROTOCOLS_KEY: "rebalance_protocols",
+        MIGRATION_POLICY_KEY: "migration_policy",
     }
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ServerConfig:
         """Build from `key=value` settings; unknown keys and bad values are errors naming the key."""
-        values: dict[str, int] = {}
+        values: dict[str, object] = {}
         for key, raw in props.items():
             attr = cls.KEYS.get(key)
             if attr is None:
                 raise ValueError(f"unknown configuration key '{key}' (known: {', '.join(sorted(cls.KEYS))})")
-            values[attr] = parse_int(raw, key)
-            if values[attr] < 0:
+            if key == REBALANCE_PROTOCOLS_KEY:
+                values[attr] = parse_protocols(raw)
+                continue
+            if key == MIGRATION_POLICY_KEY:
+                values[attr] = parse_migration_policy(raw, key)
+                continue
+            number = parse_int(raw, key)
+            if number < 0:
                 raise ValueError(f"{key} must be >= 0, got {raw}")
-        config = cls(**values)
+            values[attr] = number
+        config = cls(**values)  # type: ignore[arg-type]
         config.check()
         return config
 
@@ -192,7 +247,14 @@ class ServerConfig:
         self._check_classic()
 
     def _check_classic(self) -> None:
-        """The classic protocol's keys (SPEC §12)."""
+        """The classic protocol's keys and the feature flag (SPEC §12)."""
+        if not self.rebalance_protocols or any(p not in PROTOCOLS for p in self.rebalance_protocols):
+            raise ValueError(f"{REBALANCE_PROTOCOLS_KEY} must list some of {', '.join(PROTOCOLS)}")
+        if self.migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"{MIGRATION_POLICY_KEY} must be one of {', '.join(MIGRATION_POLICIES)}")
+        self._check_classic_timeouts()
+
+    def _check_classic_timeouts(self) -> None:
         if self.classic_initial_rebalance_delay_ms > self.max_rebalance_timeout_ms:
             raise ValueError(
                 "group.classic.initial.rebalance.delay.ms must be at most group.connect.max.rebalance.timeout.ms"
@@ -210,7 +272,15 @@ HEARTBEAT_INTERVAL = "heartbeat.interval.ms"
 SCHEDULED_REBALANCE_MAX_DELAY = "scheduled.rebalance.max.delay.ms"
 ASSIGNMENT_MODE = "assignment.mode"
 MAX_SIZE = "max.size"
-GROUP_CONFIG_NAMES = (SESSION_TIMEOUT, HEARTBEAT_INTERVAL, SCHEDULED_REBALANCE_MAX_DELAY, ASSIGNMENT_MODE, MAX_SIZE)
+MIGRATION_POLICY = "migration.policy"
+GROUP_CONFIG_NAMES = (
+    SESSION_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    SCHEDULED_REBALANCE_MAX_DELAY,
+    ASSIGNMENT_MODE,
+    MAX_SIZE,
+    MIGRATION_POLICY,
+)
 
 MODE_SERVICE = "service"
 MODE_WORKER = "worker"
@@ -230,6 +300,7 @@ def effective_group_configs(
         SCHEDULED_REBALANCE_MAX_DELAY: str(server.scheduled_rebalance_max_delay_ms),
         ASSIGNMENT_MODE: MODE_SERVICE if service_available else MODE_WORKER,
         MAX_SIZE: str(server.max_size),
+        MIGRATION_POLICY: server.migration_policy,
     }
     return {**defaults, **{k: v for k, v in overrides.items() if k in defaults}}
 
@@ -270,6 +341,12 @@ def validate_group_configs(
         raise GroupConfigError(
             f"{HEARTBEAT_INTERVAL} ({effective[HEARTBEAT_INTERVAL]}) must be smaller than {SESSION_TIMEOUT} ({effective[SESSION_TIMEOUT]})"
         )
+    policy = new.get(MIGRATION_POLICY)
+    if policy is not None:
+        try:
+            new[MIGRATION_POLICY] = parse_migration_policy(policy, MIGRATION_POLICY)
+        except ValueError as e:
+            raise GroupConfigError(str(e)) from None
     mode = new.get(ASSIGNMENT_MODE)
     if mode is not None:
         if mode not in (MODE_SERVICE, MODE_WORKER):
