@@ -42,7 +42,7 @@ class DescribeGroupsRequest(_message.Message):
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms")
+    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms", "member_type")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class DescribedMember(_message.Message):
     REVOCATION_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     PENDING_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_TYPE_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     url: str
@@ -71,7 +72,8 @@ class DescribedMember(_message.Message):
     revocation_deadline_ms: int
     pending_holders: _containers.RepeatedCompositeFieldContainer[PendingHolder]
     session_expires_ms: int
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking_since_ms: _Optional[int] = ..., revocation_deadline_ms: _Optional[int] = ..., pending_holders: _Optional[_Iterable[_Union[PendingHolder, _Mapping]]] = ..., session_expires_ms: _Optional[int] = ...) -> None: ...
+    member_type: str
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking_since_ms: _Optional[int] = ..., revocation_deadline_ms: _Optional[int] = ..., pending_holders: _Optional[_Iterable[_Union[PendingHolder, _Mapping]]] = ..., session_expires_ms: _Optional[int] = ..., member_type: _Optional[str] = ...) -> None: ...
 
 class PendingHolder(_message.Message):
     __slots__ = ("member_id", "fenced", "items")
