@@ -42,8 +42,8 @@ from services.assignor import (  # noqa: E402
     AssignorState,
     Member,
     compute,
+    within_ratio,
 )
-from services.assignor._load import within_ratio  # noqa: E402
 from services.common.items import Items, TaskId  # noqa: E402
 
 TASKS_PER_CONNECTOR = 10

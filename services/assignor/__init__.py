@@ -10,7 +10,7 @@ Public surface:
 Everything is pure: no I/O, no clock (``now_ms`` comes in the request), deterministic.
 """
 
-from services.assignor._load import InvalidLoadInput
+from services.assignor._load import InvalidLoadInput, within_ratio
 from services.assignor._model import (
     DEFAULT_LOAD_COOLDOWN_MS,
     DEFAULT_LOAD_RATIO,
@@ -64,4 +64,5 @@ __all__ = [
     "assign",
     "compute",
     "list_assignors",
+    "within_ratio",
 ]
