@@ -641,7 +641,8 @@ def test_generation_wraps_to_one_after_int32_max(c: Classic) -> None:
 
 
 def test_classic_join_to_a_connect_group_with_members_is_inconsistent(c: Classic) -> None:
-    ctx = Context()
+    # (SPEC §12 rule 5: under policy `disabled`; the other policies: tests/coordinator/test_migration.py)
+    ctx = Context(config=replace(TEST_CONFIG, migration_policy="disabled"))
     ctx.join("", group_id="g")
     c.coordinator = ctx.coordinator
     before = durable_view(c.coordinator.state)
@@ -662,6 +663,8 @@ def test_empty_connect_group_becomes_classic_on_a_classic_join_and_keeps_its_con
 
 
 def test_connect_join_to_a_classic_group_with_members_is_group_id_not_found(c: Classic) -> None:
+    # (SPEC §12 rule 5: under policy `disabled`; the other policies: tests/coordinator/test_migration.py)
+    c.coordinator.config = replace(c.coordinator.config, migration_policy="disabled")
     c.stable_group(1)
     ctx = Context()
     ctx.coordinator, ctx.log = c.coordinator, c.log

@@ -23,6 +23,7 @@ from services.coordinator.core.config import (
 from services.coordinator.core.errors import ApiError, clip, invalid
 from services.coordinator.core.handler import CoreBase, Result, Sink
 from services.coordinator.core.records import (
+    MEMBER_TYPE_CLASSIC,
     ConnectorRecord,
     EventType,
     GroupConfig,
@@ -348,6 +349,7 @@ class Admin(CoreBase):
                     client_id=m.meta.client_id,
                     member_epoch=m.member_epoch,
                     member_state=m.current.state,
+                    member_type=m.meta.member_type,
                 )
                 compact_tasks = req.accept_task_ranges  # only for a caller that reads them
                 m.owned.to_proto(dm.assignment, compact_tasks=compact_tasks)
@@ -357,6 +359,8 @@ class Admin(CoreBase):
             explain.describe_group(described, group, self.timer)
             if classic is not None:
                 explain.describe_classic(described, group, views, req.accept_task_ranges)
+                for dm in described.members:  # (every member of a classic group: SPEC §12 rule 7)
+                    dm.member_type = MEMBER_TYPE_CLASSIC
             budget -= described.ByteSize()
         return response
 

@@ -52,9 +52,9 @@ class AssignmentProcess(CoreBase):
         sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
 
     def _selected_assignor(self, group: Group) -> str:
-        first = next(iter(group.members.values()), None)
-        if first is None:
-            raise AssignorSelectionError("the group has no members")
+        first = next((m for m in group.members.values() if not m.meta.is_classic), None)
+        if first is None:  # (no member, or classic members only: SPEC §12)
+            return self._classic_only_assignor(group)
         return select_assignor_counted(group.assignor_lists, assignors_key(first.meta))
 
     def _maybe_start_assignment(self, sink: Sink, group: Group, now: int) -> None:

@@ -32,6 +32,21 @@ back. What waits is volatile: after a load, members get fresh sessions of their 
 are gone; they call again, as after a Kafka coordinator failover), one `CompletingRebalance` waits
 as long for every member's SyncGroup.
 
+**Online migration** (SPEC §12 rules 1-5, Kafka's GroupMetadataManager convertToConsumerGroup /
+convertToClassicGroup): a `connect` join to a live classic group upgrades it when its policy allows
+(`_upgrade`: epochs from the generation; every member a `classic` member of the `connect` group whose
+current and target assignment are what it runs by its last classic assignment -- read as
+DescribeGroups reads it, `explain.classic_view`: V0 whole, V1/V2 its allocation with the assignment's
+delta; parked calls answered REBALANCE_IN_PROGRESS; refused, nothing changed, when a member's bytes do
+not decode or two members claim one item). Classic members of a `connect` group are reconciled like
+any member through their own APIs (`_migration_join` / `_migration_sync` / `_migration_heartbeat` /
+`_migration_leave`): what a JoinGroup's metadata says it runs (its allocation; nothing under V0,
+which stops everything before it joins) acknowledges revocations, its epoch is its generation,
+its liveness its JoinGroup's session timeout, a missed rejoin or sync fences it (work held). When
+only classic members remain, no fenced member's work is held and the policy allows it, the group goes
+back to classic (`_maybe_downgrade`): generation = the group epoch, each member's target its stored
+assignment, then a classic rebalance.
+
 Where this differs from Kafka, on purpose: a SyncGroup from a non-leader carrying assignments, and a
 leader's assignment for a member that is not in the generation, are refused INVALID_REQUEST naming
 the field, nothing stored (Kafka ignores both; no correct client sends either, SPEC §12 "Bad input");
@@ -51,20 +66,51 @@ from typing import Any
 
 from connect.coordinator.v1 import classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.classic import ConnectAssignment, ProtocolError, decode_metadata, encode_assignment, protocol_version
+from services.common.items import EMPTY as EMPTY_ITEMS
+from services.common.items import Items
 from services.coordinator.core import validation
-from services.coordinator.core.config import INT32_MAX, MAX_SIZE
+from services.coordinator.core.assignment import AssignorSelectionError
+from services.coordinator.core.config import (
+    INT32_MAX,
+    MAX_SIZE,
+    MIGRATION_POLICY,
+    MIGRATION_POLICY_KEY,
+    MODE_SERVICE,
+    POLICY_DISABLED,
+    POLICY_DOWNGRADE,
+    POLICY_UPGRADE,
+    policy_allows,
+)
 from services.coordinator.core.errors import ApiError, clip, invalid
 from services.coordinator.core.handler import GROUP_TYPE, ClassicAnswer, ClassicWait, CoreBase, Result, Sink
 from services.coordinator.core.records import (
+    MEMBER_TYPE_CLASSIC,
     ClassicGroupMetadata,
     ClassicGroupState,
     ClassicGroupValue,
     ClassicMemberMetadata,
     ClassicMemberValue,
+    CurrentAssignment,
+    CurrentAssignmentValue,
     EventType,
     GroupMetadata,
+    MemberMetadata,
+    MemberMetadataValue,
+    MemberState,
+    TargetMember,
+    TargetMemberValue,
+    TargetMetadata,
+    TargetMetadataValue,
 )
-from services.coordinator.core.state import ClassicGroup, ClassicMember, Group, classic_metadata_bytes
+from services.coordinator.core.state import (
+    NO_ASSIGNMENT,
+    ClassicGroup,
+    ClassicMember,
+    Group,
+    Member,
+    classic_metadata_bytes,
+)
 from services.coordinator.core.timers import TimerKey, TimerKind
 
 CLASSIC_GROUP_TYPE = "classic"
@@ -115,6 +161,7 @@ class ClassicGroups(CoreBase):
         """The answer, or a `ClassicWait`: the call waits for the join phase to end."""
         sink = Sink(self.state, now_ms)
         try:
+            self.check_protocol_enabled(CLASSIC_GROUP_TYPE)
             self._check_join_request(req)
             response: Any = self._join_group(sink, req, now_ms)
         except ApiError as e:
@@ -125,8 +172,14 @@ class ClassicGroups(CoreBase):
         """The answer, or a `ClassicWait`: the call waits for the leader's assignment."""
         sink = Sink(self.state, now_ms)
         try:
+            self.check_protocol_enabled(CLASSIC_GROUP_TYPE)
             self._check_sync_request(req)
-            response = self._sync_group(sink, req, now_ms)
+            group = self.state.groups.get(req.group_id)
+            response: Any
+            if group is not None and group.classic is None:
+                response = self._migration_sync(group, req, now_ms)
+            else:
+                response = self._sync_group(sink, req, now_ms)
         except ApiError as e:
             response = classic_pb2.SyncGroupResponse(error_code=e.code, error_message=e.message)
         return self._classic_result(sink, response)
@@ -134,8 +187,12 @@ class ClassicGroups(CoreBase):
     def classic_heartbeat(self, req: classic_pb2.HeartbeatRequest, now_ms: int) -> Result:
         """Writes nothing: it re-arms the member's session and says whether to rejoin."""
         try:
+            self.check_protocol_enabled(CLASSIC_GROUP_TYPE)
             validation.check_id(req.group_id, "group_id", cfg=self.config)
             validation.check_id(req.member_id, "member_id", cfg=self.config)
+            found = self.state.groups.get(req.group_id)
+            if found is not None and found.classic is None:
+                return Result([], self._migration_heartbeat(found, req, now_ms), [])
             group, member = self._classic_member(req.group_id, req.member_id)
             classic = group.classic
             assert classic is not None
@@ -155,6 +212,7 @@ class ClassicGroups(CoreBase):
         sink = Sink(self.state, now_ms)
         response = classic_pb2.LeaveGroupResponse()
         try:
+            self.check_protocol_enabled(CLASSIC_GROUP_TYPE)
             validation.check_id(req.group_id, "group_id", cfg=self.config)
             if not req.member_ids:
                 raise invalid("member_ids must name at least one member")
@@ -163,6 +221,9 @@ class ClassicGroups(CoreBase):
                 validation.check_id(mid, f"member_ids[{i}]", cfg=self.config)
             group = self.state.groups.get(req.group_id)
             classic = group.classic if group is not None else None
+            if group is not None and classic is None and group.classic_members:
+                self._migration_leave(sink, group, req, response, now_ms)
+                return sink.result(response)
             if group is None or classic is None:
                 raise ApiError(ErrorCode.UNKNOWN_MEMBER_ID, f"group '{req.group_id}' has no classic members")
             left = False
@@ -248,13 +309,8 @@ class ClassicGroups(CoreBase):
         group = self.state.groups.get(gid)
         classic = group.classic if group is not None else None
         if group is not None and classic is None and (group.members or group.held):
-            # SPEC §12 rule 5 (converting a live group is a later step: rules 2-4).
-            raise ApiError(
-                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                f"group '{gid}' is a {GROUP_TYPE} group with {len(group.members)} members"
-                + (f" and work held for {len(group.held)} fenced members" if group.held else "")
-                + ": a classic member cannot join it",
-            )
+            # A classic worker in a live `connect` group (SPEC §12 rule 3; rule 5 refuses it).
+            return self._migration_join(sink, group, req, now)
         member = classic.members.get(mid) if classic is not None and mid else None
         if mid and member is None and (classic is None or mid not in classic.pending):
             raise ApiError(
@@ -796,7 +852,11 @@ class ClassicGroups(CoreBase):
 
     def _on_classic_join_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
         """The join phase's deadline: the initial delay (again while members keep joining, up to the
-        rebalance timeout: Kafka's tryCompleteInitialRebalanceElseSchedule), or the rebalance timeout."""
+        rebalance timeout: Kafka's tryCompleteInitialRebalanceElseSchedule), or the rebalance timeout.
+        A member's key: a classic member of a `connect` group told to rejoin (SPEC §12 rule 3)."""
+        if key.member_id:
+            self._on_member_rejoin_deadline(sink, group, key, now)
+            return False
         classic = group.classic
         if classic is None or classic.state != PREPARING:
             return False
@@ -813,7 +873,11 @@ class ClassicGroups(CoreBase):
 
     def _on_classic_sync_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
         """Kafka's expirePendingSync: the members that did not send SyncGroup within the rebalance
-        timeout are removed, and the group rebalances without them."""
+        timeout are removed, and the group rebalances without them. A member's key: a classic member
+        of a `connect` group that joined and must sync (SPEC §12 rule 3)."""
+        if key.member_id:
+            self._on_member_sync_deadline(sink, group, key, now)
+            return False
         classic = group.classic
         if classic is None or classic.state not in (COMPLETING, STABLE) or not classic.pending_sync:
             return False
@@ -845,21 +909,457 @@ class ClassicGroups(CoreBase):
             classic.pending_sync = set(classic.members)
             self.timer.schedule(TimerKey(TimerKind.CLASSIC_SYNC, gid), now + classic.rebalance_timeout_ms())
 
-    def _classic_yield_to_connect(self, sink: Sink, group: Group) -> None:
+    def _classic_yield_to_connect(self, sink: Sink, group: Group, now: int) -> None:
         """A `connect` member joins a classic group: an empty one becomes a `connect` group (SPEC §12
-        rule 1; its epoch never behind its generation), a live one answers GROUP_ID_NOT_FOUND (rule 5;
-        converting a live group is a later step)."""
+        rule 1; its epoch never behind its generation), a live one is upgraded (rule 2) when its
+        policy allows it, else the join gets GROUP_ID_NOT_FOUND saying why (rules 2 and 5)."""
         classic = group.classic
         assert classic is not None
         if not self._classic_is_empty(group):
-            raise ApiError(
-                ErrorCode.GROUP_ID_NOT_FOUND,
-                f"group '{group.group_id}' is a classic group with {len(classic.members)} members: "
-                f"a {GROUP_TYPE} member cannot join it",
-            )
+            self._upgrade(sink, group, now)
+            return
         gid = group.group_id
         for kind in (TimerKind.CLASSIC_JOIN, TimerKind.CLASSIC_SYNC):
             self.timer.cancel(TimerKey(kind, gid))
         sink.emit(ClassicGroupMetadata(gid, None))
         epoch = max(group.epoch, classic.generation)
         sink.emit(GroupMetadata(gid, replace(group.meta, group_type=GROUP_TYPE, epoch=epoch)))
+
+    # ---- online migration (SPEC §12 rules 2-5; Kafka's GroupMetadataManager online upgrade and downgrade)
+
+    def _upgrade_refusal(self, group: Group) -> str | None:
+        """Why the live classic group cannot be upgraded (Kafka's validateOnlineUpgrade), or None."""
+        classic = group.classic
+        assert classic is not None
+        policy = self.migration_policy(group)
+        if not policy_allows(policy, POLICY_UPGRADE):
+            return f"its migration policy is '{policy}' ({MIGRATION_POLICY} / {MIGRATION_POLICY_KEY}), which allows no upgrade"
+        if classic.value.protocol_type != CONNECT_PROTOCOL_TYPE:
+            return f"its protocol type is '{classic.value.protocol_type}', not '{CONNECT_PROTOCOL_TYPE}'"
+        limit = min(self._int_config(group, MAX_SIZE, self.config.max_size), self.config.max_members_per_group)
+        if len(classic.members) >= limit:
+            return f"it has {len(classic.members)} members and may have {limit} (max.size, group.connect.max.members.per.group)"
+        return None
+
+    def _classic_running(self, group: Group) -> dict[str, tuple[str, Items]]:
+        """What each classic member runs by its last classic assignment (DescribeGroups' reading:
+        `explain.classic_view`): a V0 assignment whole; from V1 on, the member's allocation (what it
+        reported running at its last JoinGroup) minus what it was told to revoke plus what it was
+        assigned -- its allocation alone once it rejoined. Raises (nothing changed) when a member's
+        bytes do not decode or two members would own one item."""
+        from services.coordinator.core import explain  # (explain reads this module: imported when used)
+
+        classic = group.classic
+        assert classic is not None
+        running: dict[str, tuple[str, Items]] = {}
+        owner: dict[Any, str] = {}
+        for m in _ordered(classic):
+            view = explain.classic_view(classic, m)
+            if view.state.startswith(explain.CLASSIC_UNREADABLE):
+                raise self._not_upgraded(group, f"what member '{m.member_id}' runs cannot be read ({view.state})")
+            for key in view.items.item_keys():
+                other = owner.get(key) or group.held_owner.get(key)
+                if other is not None:
+                    raise self._not_upgraded(
+                        group, f"{key} is claimed by both '{other}' and '{m.member_id}': let the classic rebalance end"
+                    )
+                owner[key] = m.member_id
+            running[m.member_id] = (view.url, view.items)
+        return running
+
+    @staticmethod
+    def _not_upgraded(group: Group, why: str) -> ApiError:
+        classic = group.classic
+        n = len(classic.members) if classic is not None else 0
+        return ApiError(
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"group '{group.group_id}' is a classic group with {n} members and cannot be upgraded to the "
+            f"{GROUP_TYPE} protocol: {why}",
+        )
+
+    def _upgrade(self, sink: Sink, group: Group, now: int) -> None:
+        """SPEC §12 rule 2 (Kafka's convertToConsumerGroup): the group epoch and the assignment epoch
+        become the classic generation; every classic member becomes a `classic` member at that epoch
+        whose current and target assignment are what it runs by its last classic assignment;
+        parked JoinGroup / SyncGroup calls get REBALANCE_IN_PROGRESS. Records only: the join that
+        follows (the caller's) goes in the same write."""
+        why = self._upgrade_refusal(group)
+        if why is not None:
+            raise self._not_upgraded(group, why)
+        running = self._classic_running(group)
+        classic = group.classic
+        assert classic is not None
+        gid, generation = group.group_id, classic.generation
+        before = classic.value
+        members = _ordered(classic)
+        self._end_classic_part(sink, group, f"group '{gid}' was upgraded to the {GROUP_TYPE} protocol: rejoin")
+        sink.emit(GroupMetadata(gid, replace(group.meta, group_type=GROUP_TYPE, epoch=generation)))
+        for mid in sorted(set(group.target_members) - set(running)):
+            sink.emit(TargetMember(gid, mid, None))  # (left by a former `connect` life of the group)
+        sink.emit(TargetMetadata(gid, TargetMetadataValue(assignment_epoch=generation, computed_by=CLASSIC_GROUP_TYPE)))
+        for m in members:
+            mid, v = m.member_id, m.value
+            meta = MemberMetadataValue(
+                instance_id=None,
+                url=running[mid][0],
+                client_id=v.client_id,
+                rebalance_timeout_ms=v.rebalance_timeout_ms,
+                assignors=(),
+                joined_ms=v.joined_ms,
+                member_type=MEMBER_TYPE_CLASSIC,
+                session_timeout_ms=v.session_timeout_ms,
+                protocols=v.protocols,
+            )
+            sink.emit(MemberMetadata(gid, mid, meta))
+            sink.emit(TargetMember(gid, mid, TargetMemberValue(running[mid][1])))
+            current = CurrentAssignmentValue(generation, -1, MemberState.STABLE, group.target_of(mid), EMPTY_ITEMS)
+            sink.emit(CurrentAssignment(gid, mid, current))
+            self._arm_connect_session(group, group.members[mid], now)
+        sink.event(
+            group,
+            EventType.GROUP_UPGRADED,
+            generation=generation,
+            epoch=generation,
+            members=len(members),
+            classic_state=before.state.value,
+            protocol=before.protocol_name or None,
+        )
+
+    def _end_classic_part(self, sink: Sink, group: Group, message: str) -> None:
+        """The classic part of a group ends (it is upgraded): its parked calls are answered
+        REBALANCE_IN_PROGRESS, its timers are off, its records are tombstoned (members first)."""
+        classic = group.classic
+        assert classic is not None
+        gid = group.group_id
+        for waiting, kind in ((classic.awaiting_join, JOIN), (classic.awaiting_sync, SYNC)):
+            for mid, token in sorted(waiting.items()):
+                response: Any = (classic_pb2.JoinGroupResponse if kind == JOIN else classic_pb2.SyncGroupResponse)(
+                    error_code=ErrorCode.REBALANCE_IN_PROGRESS, error_message=message
+                )
+                sink.answers.append(ClassicAnswer(gid, mid, token, response))
+            waiting.clear()
+        for kind in (TimerKind.CLASSIC_JOIN, TimerKind.CLASSIC_SYNC):
+            self.timer.cancel(TimerKey(kind, gid))
+        for mid in [*classic.members, *classic.pending]:
+            self.timer.cancel(TimerKey(TimerKind.CLASSIC_SESSION, gid, mid))
+        for m in _ordered(classic):
+            sink.emit(ClassicMemberMetadata(gid, m.member_id, None))
+        sink.emit(ClassicGroupMetadata(gid, None))
+
+    def _arm_connect_session(self, group: Group, member: Member, now: int) -> None:
+        """A classic member of a `connect` group is alive: its session (its JoinGroup's timeout) runs
+        from now."""
+        member.session_deadline_ms = max(member.session_deadline_ms, now + member.meta.session_timeout_ms)
+        self.timer.schedule(member.session_timer(group.group_id), member.session_deadline_ms)
+
+    # -- a classic member in a `connect` group (rule 3)
+
+    def _migration_join(
+        self, sink: Sink, group: Group, req: classic_pb2.JoinGroupRequest, now: int
+    ) -> classic_pb2.JoinGroupResponse:
+        """Kafka's classicGroupJoinToConsumerGroup: the member's metadata says what it runs (its
+        allocation: V1/V2; nothing under V0, which revokes everything before it joins), it is
+        reconciled like any member, and it is answered at once with its epoch as the generation --
+        never as the leader (the coordinator's assignor assigns)."""
+        gid, mid = group.group_id, req.member_id
+        member = group.members.get(mid) if mid else None
+        if member is not None and not member.meta.is_classic:
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member '{mid}' of group '{gid}' uses the {GROUP_TYPE} protocol (ConnectGroupHeartbeat), not JoinGroup",
+            )
+        policy = self.migration_policy(group)
+        if member is None and policy == POLICY_DISABLED:
+            raise ApiError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group '{gid}' is a {GROUP_TYPE} group with {len(group.members)} members"
+                + (f" and work held for {len(group.held)} fenced members" if group.held else "")
+                + f" and its migration policy is '{policy}': a classic member cannot join it",
+            )
+        protocols = _protocols(req)
+        url, owned = self._read_metadata(protocols)
+        if not mid:
+            self._check_connect_group_size(group)
+            return classic_pb2.JoinGroupResponse(
+                error_code=ErrorCode.MEMBER_ID_REQUIRED,
+                error_message="rejoin with this member_id",
+                member_id=self.new_member_id(),
+            )
+        # Every check is done: from here on the request changes the group.
+        meta = MemberMetadataValue(
+            instance_id=None,
+            url=url,
+            client_id=req.client_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            assignors=(),
+            joined_ms=member.meta.joined_ms if member is not None else now,
+            member_type=MEMBER_TYPE_CLASSIC,
+            session_timeout_ms=req.session_timeout_ms,
+            protocols=protocols,
+        )
+        if member is None:
+            self._check_connect_group_size(group)
+            sink.emit(MemberMetadata(gid, mid, meta))
+            sink.emit(CurrentAssignment(gid, mid, NO_ASSIGNMENT))
+            sink.event(group, EventType.MEMBER_JOINED, mid, 0, url=url, member_type=MEMBER_TYPE_CLASSIC)
+            self._bump(sink, group, "member_joined", mid)
+        elif meta != member.meta:
+            sink.emit(MemberMetadata(gid, mid, meta))
+            if meta.url != member.meta.url:
+                self._bump(sink, group, "member_metadata_changed", mid)
+        member = group.members[mid]
+        for _ in range(2):  # a revocation asked now is acknowledged at once if it is done (V0: always)
+            self._reconcile(sink, group, member, owned, now)
+            member = group.members[mid]
+        self._arm_connect_session(group, member, now)
+        self.timer.cancel(TimerKey(TimerKind.CLASSIC_JOIN, gid, mid))
+        self.timer.schedule(TimerKey(TimerKind.CLASSIC_SYNC, gid, mid), now + meta.rebalance_timeout_ms)
+        self._after_change(sink, group, now)
+        return classic_pb2.JoinGroupResponse(
+            generation_id=member.member_epoch, protocol_name=protocols[0][0], leader="", member_id=mid
+        )
+
+    def _check_connect_group_size(self, group: Group) -> None:
+        limit = min(self._int_config(group, MAX_SIZE, self.config.max_size), self.config.max_members_per_group)
+        if len(group.members) >= limit:
+            raise ApiError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"group '{group.group_id}' has reached its size of {limit} members "
+                "(max.size, group.connect.max.members.per.group)",
+            )
+
+    @staticmethod
+    def _read_metadata(protocols: Protocols) -> tuple[str, Items]:
+        """A classic worker's URL and what it runs, from its JoinGroup metadata (each protocol's must
+        decode: the coordinator, not a leader, reads them here); INVALID_REQUEST naming the field."""
+        decoded = []
+        for i, (_, raw) in enumerate(protocols):
+            try:
+                decoded.append(decode_metadata(raw))
+            except ProtocolError as e:
+                raise invalid(f"protocols[{i}].metadata is not Connect's worker metadata: {e}") from None
+        allocation = decoded[0].allocation
+        owned = Items.of(allocation.connectors, allocation.tasks) if allocation is not None else EMPTY_ITEMS
+        return decoded[0].url, owned
+
+    def _converted_member(self, group: Group, member_id: str) -> Member:
+        """The classic member `member_id` of the `connect` group (rule 3: else UNKNOWN_MEMBER_ID)."""
+        member = group.members.get(member_id)
+        if member is None or not member.meta.is_classic:
+            uses = "" if member is None else f" (it uses the {GROUP_TYPE} protocol: ConnectGroupHeartbeat)"
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member '{clip(member_id)}' is not a classic member of group '{group.group_id}'{uses}: "
+                "rejoin (JoinGroup) without a member id",
+            )
+        return member
+
+    @staticmethod
+    def _check_member_generation(member: Member, generation: int) -> None:
+        if generation != member.member_epoch:
+            raise ApiError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation_id {generation} is not the member's epoch {member.member_epoch}: rejoin (JoinGroup)",
+            )
+
+    def _migration_sync(
+        self, group: Group, req: classic_pb2.SyncGroupRequest, now: int
+    ) -> classic_pb2.SyncGroupResponse:
+        """Kafka's classicGroupSyncToConsumerGroup: checked in order -- a classic member, its epoch,
+        the protocol -- then answered at once with what it may run, in its protocol's version."""
+        member = self._converted_member(group, req.member_id)
+        self._check_member_generation(member, req.generation_id)
+        own = member.meta.protocols[0][0]
+        for name, value, ours in (
+            ("protocol_type", req.protocol_type, CONNECT_PROTOCOL_TYPE),
+            ("protocol_name", req.protocol_name, own),
+        ):
+            if req.HasField(name) and value != ours:
+                raise ApiError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"{name} '{clip(value)}' is not the member's ('{ours}') at epoch {member.member_epoch}",
+                )
+        if req.assignments:
+            raise invalid(
+                f"assignments: group '{group.group_id}' uses the {GROUP_TYPE} protocol, whose coordinator assigns; "
+                f"member '{member.member_id}' is not a leader"
+            )
+        gid = group.group_id
+        self.timer.cancel(TimerKey(TimerKind.CLASSIC_SYNC, gid, member.member_id))
+        self._arm_connect_session(group, member, now)
+        return classic_pb2.SyncGroupResponse(protocol_name=own, assignment=self._member_assignment(group, member))
+
+    @staticmethod
+    def _member_assignment(group: Group, member: Member) -> bytes:
+        """What the member may run, in its protocol's version: V0 whole (an eager member rejoined
+        owning nothing and restarts it), V1/V2 the same items with what it must stop as `revoked`
+        (Connect applies `revoked` first, then adds the items it does not run yet)."""
+        version = protocol_version(member.meta.protocols[0][0])
+        cur = member.current
+        revoking = cur.revoking if version else EMPTY_ITEMS
+        assignment = ConnectAssignment(
+            version=version,
+            error=0,
+            leader="",
+            leader_url="",
+            config_offset=group.meta.config_offset,
+            connectors=tuple(sorted(cur.assigned.connectors)),
+            tasks=tuple(sorted(cur.assigned.tasks)),
+            revoked_connectors=tuple(sorted(revoking.connectors)),
+            revoked_tasks=tuple(sorted(revoking.tasks)),
+        )
+        return encode_assignment(assignment)
+
+    def _must_rejoin(self, group: Group, member: Member) -> str:
+        """Why a classic member of a `connect` group must rejoin now ("": it need not): its epoch is
+        behind the group's (the installed target's), it must revoke, or items it waits for were released."""
+        cur = member.current
+        if cur.member_epoch < group.assignment_epoch:
+            return f"its epoch {cur.member_epoch} is behind the group's {group.assignment_epoch}"
+        if cur.state == MemberState.UNREVOKED_ITEMS:
+            return f"it must stop {len(cur.revoking)} items"
+        if cur.state == MemberState.UNRELEASED_ITEMS:
+            mid = member.member_id
+            if any(group.is_free_for(mid, key) for key in group.pending_of(member).item_keys()):
+                return "items it waits for were released"
+        return ""
+
+    def _migration_heartbeat(
+        self, group: Group, req: classic_pb2.HeartbeatRequest, now: int
+    ) -> classic_pb2.HeartbeatResponse:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: the session runs again; REBALANCE_IN_PROGRESS
+        when the member must rejoin -- which it must then do within its rebalance timeout."""
+        member = self._converted_member(group, req.member_id)
+        self._check_member_generation(member, req.generation_id)
+        self._arm_connect_session(group, member, now)
+        why = self._must_rejoin(group, member)
+        if why:
+            key = TimerKey(TimerKind.CLASSIC_JOIN, group.group_id, member.member_id)
+            if self.timer.deadline(key) is None:
+                self.timer.schedule(key, now + member.meta.rebalance_timeout_ms)
+            raise ApiError(ErrorCode.REBALANCE_IN_PROGRESS, f"rejoin (JoinGroup): {why}")
+        return classic_pb2.HeartbeatResponse()
+
+    def _migration_leave(
+        self, sink: Sink, group: Group, req: classic_pb2.LeaveGroupRequest, response: Any, now: int
+    ) -> None:
+        """Kafka's classicGroupLeaveToConsumerGroup: the classic members named leave (their work
+        stopped: released at once); a `connect` member or an unknown one gets UNKNOWN_MEMBER_ID."""
+        left = False
+        for mid in req.member_ids:
+            result = response.results.add(member_id=mid)
+            member = group.members.get(mid)
+            if member is None or not member.meta.is_classic:
+                result.error_code = ErrorCode.UNKNOWN_MEMBER_ID
+                result.error_message = (
+                    f"member '{mid}' is not a member of group '{group.group_id}'"
+                    if member is None
+                    else f"member '{mid}' uses the {GROUP_TYPE} protocol: it leaves with ConnectGroupHeartbeat member_epoch -1"
+                )
+                continue
+            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_LEFT, hold=False)
+            left = True
+        if left:
+            self._after_change(sink, group, now)
+
+    def _on_member_rejoin_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> None:
+        """Told to rejoin and did not within its rebalance timeout: fenced (its work held)."""
+        member = group.members.get(key.member_id)
+        if member is not None and member.meta.is_classic and self._must_rejoin(group, member):
+            self._remove_member(
+                sink, group, member, now, reason=EventType.MEMBER_FENCED, hold=True, cause="not_rejoined"
+            )
+
+    def _on_member_sync_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> None:
+        """Joined and did not sync within its rebalance timeout: fenced (its work held)."""
+        member = group.members.get(key.member_id)
+        if member is not None and member.meta.is_classic:
+            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_FENCED, hold=True, cause="not_synced")
+
+    # -- downgrade (rule 4)
+
+    def _downgrade_refusal(self, group: Group) -> str | None:
+        """Why a `connect` group left with classic members only stays `connect` (None: it converts)."""
+        policy = self.migration_policy(group)
+        if not policy_allows(policy, POLICY_DOWNGRADE):
+            return f"policy '{policy}'"
+        if group.held:
+            return "work still held for fenced members"  # (converted once it is released)
+        common = None
+        for m in group.members.values():
+            names = {name for name, _ in m.meta.protocols}
+            common = names if common is None else common & names
+        if not common:
+            return "no protocol common to its members"
+        return None
+
+    def _maybe_downgrade(self, sink: Sink, group: Group, now: int) -> None:
+        """SPEC §12 rule 4 (Kafka's convertToClassicGroup): a `connect` group whose members all use the
+        classic protocol becomes classic when its policy allows it and no fenced member's work is
+        held (else it waits for the release: a classic leader would give that work away): generation
+        = the group epoch, each member holds its target assignment, then a classic rebalance starts."""
+        if not group.members or group.classic_members != len(group.members) or group.classic is not None:
+            return
+        if self._downgrade_refusal(group) is not None:
+            return
+        gid, epoch = group.group_id, group.epoch
+        if group.process.in_flight is not None:
+            self._abandon_assignment(sink, group, now, "the group became classic")
+        self.timer.cancel(TimerKey(TimerKind.SCHEDULED, gid))
+        self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
+        members = sorted(group.members.values(), key=lambda m: (m.meta.joined_ms, m.member_id))
+        targets = {m.member_id: group.target_of(m.member_id) for m in members}
+        for m in members:
+            self._drop_member(sink, group, m)
+        for mid in sorted(group.target_members):
+            sink.emit(TargetMember(gid, mid, None))
+        sink.emit(TargetMetadata(gid, None))
+        sink.emit(GroupMetadata(gid, replace(group.meta, group_type=CLASSIC_GROUP_TYPE)))
+        sink.emit(
+            ClassicGroupMetadata(
+                gid, ClassicGroupValue(epoch, STABLE, CONNECT_PROTOCOL_TYPE, leader=members[0].member_id)
+            )
+        )
+        for m in members:
+            value = ClassicMemberValue(
+                m.meta.client_id,
+                m.meta.session_timeout_ms,
+                m.meta.rebalance_timeout_ms,
+                m.meta.protocols,
+                b"",
+                m.meta.joined_ms,
+            )
+            sink.emit(ClassicMemberMetadata(gid, m.member_id, value))
+        classic = group.classic
+        assert classic is not None
+        protocol = self._select_protocol(classic)
+        self._set_group(sink, group, protocol_name=protocol)
+        version = protocol_version(protocol)
+        for m in members:
+            cm = classic.members[m.member_id]
+            items = targets[m.member_id]
+            held = ConnectAssignment(
+                version,
+                0,
+                "",
+                "",
+                group.meta.config_offset,
+                tuple(sorted(items.connectors)),
+                tuple(sorted(items.tasks)),
+            )
+            sink.emit(ClassicMemberMetadata(gid, cm.member_id, replace(cm.value, assignment=encode_assignment(held))))
+            self._arm_session(group, cm, now, force=True)
+        self._event(sink, group, EventType.GROUP_DOWNGRADED, generation=epoch, epoch=epoch, members=len(members))
+        self._prepare_rebalance(sink, group, "group_downgraded", now)
+
+    def _classic_only_assignor(self, group: Group) -> str:
+        """The assignor of a `connect` group with no `connect` member (classic members only: they do
+        not vote): with an assignor service, its last target's (or the incremental cooperative one,
+        Connect's default); without one nobody can compute."""
+        served = self.service_assignors
+        if not group.members or served is None or self.assignment_mode(group) != MODE_SERVICE:
+            raise AssignorSelectionError("no member of the group can compute an assignment (classic members only)")
+        for name in (group.target.assignor_name, "incremental-cooperative", *sorted(served)):
+            if name in served:
+                return name
+        raise AssignorSelectionError("the assignor service provides no assignor")

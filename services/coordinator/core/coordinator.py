@@ -71,6 +71,8 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin, ClassicGroups):
     def _after_change(self, sink: Sink, group: Group, now: int) -> None:
         if self.state.groups.get(group.group_id) is not group:
             return
+        if group.classic_members:
+            self._maybe_downgrade(sink, group, now)  # SPEC §12 rule 4 (then a classic group, rebalancing)
         if group.classic is None:
             self._maybe_start_assignment(sink, group, now)
             self._nudge_epoch_laggards(sink, group)
@@ -139,7 +141,8 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin, ClassicGroups):
         # deadline after a restart uses the largest timeout it can have been told.
         session = max(self.session_timeout_ms(group), self.config.max_session_timeout_ms)
         for mid, m in group.members.items():
-            m.session_deadline_ms = now_ms + session
+            # (a classic member's session is its JoinGroup's, SPEC §12)
+            m.session_deadline_ms = now_ms + max(session, m.meta.session_timeout_ms)
             self.timer.schedule(m.session_timer(group.group_id), m.session_deadline_ms)
             if m.current.state == MemberState.UNREVOKED_ITEMS:
                 self.timer.schedule(

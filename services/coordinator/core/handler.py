@@ -20,6 +20,8 @@ from services.common.items import Items
 from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     HEARTBEAT_INTERVAL,
+    MIGRATION_POLICY,
+    REBALANCE_PROTOCOLS_KEY,
     SESSION_TIMEOUT,
     ServerConfig,
     effective_group_configs,
@@ -195,6 +197,21 @@ class CoreBase:
         overrides = group.configs if group is not None else {}
         return effective_group_configs(self.config, overrides, self.service_assignors is not None)[ASSIGNMENT_MODE]
 
+    def check_protocol_enabled(self, protocol: str) -> None:
+        """The feature flag (SPEC §12): a group protocol this server does not speak is refused on
+        every one of its RPCs (UNSUPPORTED_VERSION, naming the key)."""
+        if protocol not in self.config.rebalance_protocols:
+            raise ApiError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"the {protocol} group protocol is disabled on this coordinator "
+                f"({REBALANCE_PROTOCOLS_KEY}={','.join(self.config.rebalance_protocols)})",
+            )
+
+    def migration_policy(self, group: Group | None) -> str:
+        """The group's `migration.policy`, else the server's group.connect.migration.policy (SPEC §12)."""
+        value = group.configs.get(MIGRATION_POLICY) if group is not None else None
+        return value if value is not None else self.config.migration_policy
+
     def _create_group(self, sink: Sink, group_id: str, now: int) -> Group:
         """A new group (a first join, or an operator's PutConnector / AlterConfigs --create): refused
         in band once this coordinator holds group.coordinator.max.groups groups, so that no client
@@ -301,8 +318,17 @@ class CoreBase:
     def _delete_group(self, sink: Sink, group: Group) -> None:
         raise NotImplementedError
 
-    def _classic_yield_to_connect(self, sink: Sink, group: Group) -> None:
+    def _classic_yield_to_connect(self, sink: Sink, group: Group, now: int) -> None:
+        raise NotImplementedError
+
+    def _reconcile(self, sink: Sink, group: Group, member: Member, owned: Items | None, now: int) -> None:
+        raise NotImplementedError
+
+    def _drop_member(self, sink: Sink, group: Group, member: Member) -> None:
         raise NotImplementedError
 
     def _classic_connectors_changed(self, sink: Sink, group: Group, now: int, **details: Any) -> None:
+        raise NotImplementedError
+
+    def _classic_only_assignor(self, group: Group) -> str:
         raise NotImplementedError

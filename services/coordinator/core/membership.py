@@ -20,7 +20,7 @@ from services.coordinator.core.config import (
     MODE_SERVICE,
 )
 from services.coordinator.core.errors import ApiError, invalid
-from services.coordinator.core.handler import CoreBase, Result, Sink
+from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
 from services.coordinator.core.reconciliation import next_assignment
 from services.coordinator.core.records import (
     AssignorSpec,
@@ -48,6 +48,16 @@ def _assignors_from_proto(msg: common_pb2.ClientAssignors) -> tuple[AssignorSpec
     return shared_assignors(tuple(AssignorSpec.from_proto(a) for a in msg.assignors))
 
 
+def _classic_member_error(group_id: str, member: Member) -> ApiError:
+    """A ConnectGroupHeartbeat naming a member that uses the classic protocol (SPEC §12): refused,
+    the member undisturbed."""
+    return ApiError(
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        f"member '{member.member_id}' of group '{group_id}' uses the classic protocol (JoinGroup / SyncGroup / "
+        "Heartbeat / LeaveGroup); join with member_epoch 0 and no member id (or another one)",
+    )
+
+
 # The fields a steady-state heartbeat sets (besides request_sequence).
 _STEADY_FIELDS = frozenset(("group_id", "member_id", "member_epoch"))
 
@@ -66,6 +76,7 @@ class Membership(CoreBase):
         sink = Sink(self.state, now_ms)
         sink.requester = req.member_id
         try:
+            self.check_protocol_enabled(GROUP_TYPE)
             validation.check_heartbeat(req, self.config)
             handler = self._leave if req.member_epoch < 0 else self._heartbeat
             response = handler(sink, req, now_ms)
@@ -81,6 +92,8 @@ class Membership(CoreBase):
         joining = req.member_epoch == 0
         owned = Items.from_proto(req.owned) if req.HasField("owned") else None
         member = group.members.get(req.member_id) if group is not None and req.member_id else None
+        if member is not None and member.meta.is_classic:
+            raise _classic_member_error(gid, member)
         instance_id = req.instance_id if req.HasField("instance_id") else None
 
         replacing: Member | None = None
@@ -178,8 +191,13 @@ class Membership(CoreBase):
         group_id = req.group_id  # (each read of a field makes a new string: read once)
         group = self.state.groups.get(group_id)
         member_epoch = req.member_epoch
-        if group is None or member_epoch <= 0:
-            return None
+        if (
+            group is None
+            or member_epoch <= 0
+            or group.classic_members
+            or GROUP_TYPE not in self.config.rebalance_protocols
+        ):
+            return None  # (the full path refuses a disabled protocol and a classic member's id)
         member_id = req.member_id
         member = group.members.get(member_id)
         if member is None:
@@ -267,7 +285,8 @@ class Membership(CoreBase):
                 )
         self._check_assignors(group, replacing, meta)
         if group is not None and group.classic is not None:
-            self._classic_yield_to_connect(sink, group)  # SPEC §12: an empty classic group becomes connect
+            # SPEC §12: an empty classic group becomes connect (rule 1), a live one is upgraded (rule 2)
+            self._classic_yield_to_connect(sink, group, now)
         mid = req.member_id or self.new_member_id()
 
         if group is None:
@@ -388,7 +407,10 @@ class Membership(CoreBase):
         lists[own] = lists.get(own, 0) + 1
         first = own
         if group is not None:
-            first = next((assignors_key(m.meta) for m in group.members.values() if m is not leaving), own)
+            first = next(
+                (assignors_key(m.meta) for m in group.members.values() if m is not leaving and not m.meta.is_classic),
+                own,
+            )
         try:
             name = select_assignor_counted(lists, first)
         except AssignorSelectionError as e:
@@ -474,6 +496,8 @@ class Membership(CoreBase):
             raise ApiError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"member '{req.member_id}' is not a member of group '{req.group_id}'"
             )
+        if member.meta.is_classic:
+            raise _classic_member_error(group.group_id, member)
         self._check_sequence(member, req)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             if not member.meta.instance_id:
@@ -533,6 +557,9 @@ class Membership(CoreBase):
         sink.emit(MemberMetadata(gid, mid, None))
         self.timer.cancel(member.session_timer(gid))
         self.timer.cancel(TimerKey(TimerKind.REVOCATION, gid, mid))
+        if member.meta.is_classic:  # (SPEC §12: told to rejoin, or to sync)
+            self.timer.cancel(TimerKey(TimerKind.CLASSIC_JOIN, gid, mid))
+            self.timer.cancel(TimerKey(TimerKind.CLASSIC_SYNC, gid, mid))
 
     def _remove_member(
         self, sink: Sink, group: Group, member: Member, now: int, reason: EventType, hold: bool, **details: Any

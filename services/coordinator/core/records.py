@@ -70,6 +70,11 @@ def shared_assignors(specs: tuple[AssignorSpec, ...]) -> tuple[AssignorSpec, ...
     return specs
 
 
+# A member's protocol (DescribedMember.member_type, MemberMetadataValue.member_type).
+MEMBER_TYPE_CONNECT = "connect"
+MEMBER_TYPE_CLASSIC = "classic"
+
+
 # ---- values -------------------------------------------------------------------------------------
 
 
@@ -91,6 +96,18 @@ class MemberMetadataValue:
     rebalance_timeout_ms: int
     assignors: tuple[AssignorSpec, ...]
     joined_ms: int = 0
+    # SPEC §12 (online migration): `classic` for a classic worker in a `connect` group -- a member
+    # converted with its classic group, or a classic JoinGroup to a `connect` group -- reconciled
+    # through JoinGroup / SyncGroup / Heartbeat; it has no client assignors (it never computes) and
+    # keeps what its JoinGroup said: its session timeout and its protocols (name, metadata), most
+    # preferred first (the first is the protocol it is answered in).
+    member_type: str = "connect"
+    session_timeout_ms: int = 0
+    protocols: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def is_classic(self) -> bool:
+        return self.member_type == MEMBER_TYPE_CLASSIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,3 +460,8 @@ class EventType(enum.StrEnum):
     CLASSIC_REBALANCE_STARTED = "classic_rebalance_started"
     GENERATION_BUMPED = "generation_bumped"
     CLASSIC_ASSIGNMENT_INSTALLED = "classic_assignment_installed"
+    # Online migration (SPEC §12 rules 2 and 4): a classic group became a `connect` group (a
+    # `connect` member joined it) or back (its last `connect` member went); details: the generation
+    # and the epoch, the members converted.
+    GROUP_UPGRADED = "group_upgraded"
+    GROUP_DOWNGRADED = "group_downgraded"

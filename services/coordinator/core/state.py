@@ -286,6 +286,9 @@ class Group:
     short_retention: bool = False
     # Assignor metadata bytes of all its members (group.connect.max.group.metadata.bytes).
     metadata_bytes: int = 0
+    # Members of this `connect` group that use the classic protocol (SPEC §12 online migration;
+    # derived by replay): the group goes back to classic when they are all that is left.
+    classic_members: int = 0
     # A classic group's classic part (SPEC §12; its GroupMetadata says type `classic`); None for a
     # `connect` group. Connectors and configs stay the group's own, whatever its protocol.
     classic: ClassicGroup | None = None
@@ -376,6 +379,7 @@ class CoordinatorState:
             if member is not None:
                 self._set_owned(group, mid, member.owned, EMPTY)
                 _count_assignors(group, member.meta, -1)
+                group.classic_members -= member.meta.is_classic
                 group.unsettled -= not group.settled(member.current)
                 del group.members[mid]
                 if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
@@ -388,8 +392,10 @@ class CoordinatorState:
             if member.meta.instance_id and member.meta.instance_id != meta.instance_id:
                 group.static_members.pop(member.meta.instance_id, None)
             _count_assignors(group, member.meta, -1)
+            group.classic_members -= member.meta.is_classic
             member.meta = meta
         _count_assignors(group, meta, 1)
+        group.classic_members += meta.is_classic
         if meta.instance_id:
             group.static_members[meta.instance_id] = mid
 
@@ -539,7 +545,10 @@ def metadata_bytes(meta: MemberMetadataValue) -> int:
 
 def _count_assignors(group: Group, meta: MemberMetadataValue, delta: int) -> None:
     """A member's metadata comes (+1) or goes (-1): the group's counted assignor lists and its
-    members' metadata bytes follow."""
+    members' metadata bytes follow. A classic member (SPEC §12) has no list: it never votes for the
+    assignor, which the `connect` members choose (or the coordinator's own, without any)."""
+    if meta.is_classic:
+        return
     group.metadata_bytes += delta * metadata_bytes(meta)
     key = assignors_key(meta)
     n = group.assignor_lists.get(key, 0) + delta
