@@ -718,6 +718,10 @@ class CoordinatorRuntime:
             elif r.event == EventType.ASSIGNMENT_FAILED:
                 executor = "service" if r.details.get("executor") == "service" else "worker"
                 self.metrics.assignment_results.labels(executor, "failed").inc()
+            elif r.event == EventType.GROUP_UPGRADED:
+                self.metrics.conversions.labels("upgrade").inc()
+            elif r.event == EventType.GROUP_DOWNGRADED:
+                self.metrics.conversions.labels("downgrade").inc()
         # Convergence: checked only for groups whose state just changed (never on idle heartbeats).
         for gid in touched & self._unstable_since.keys():
             group = self.coordinator.state.groups.get(gid)

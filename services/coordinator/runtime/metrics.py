@@ -195,6 +195,12 @@ class CoordinatorMetrics:
             "Groups reloaded from storage because a commit touching them failed.",
             registry=r,
         )
+        self.conversions = Counter(
+            f"{PREFIX}_group_conversions_total",
+            "Groups converted between the classic protocol and connect (SPEC §12), by direction.",
+            ["direction"],
+            registry=r,
+        )
         self.quota_throttled = Counter(
             f"{PREFIX}_quota_throttled_total",
             "Requests over their client's request quota whose answer was delayed (up to 1 s).",
