@@ -146,11 +146,26 @@ def _member_params(r: MemberMetadata) -> Params:
         "rebalance_timeout_ms": v.rebalance_timeout_ms,
         "assignors": assignors_to_json(v.assignors),
         "joined_ms": v.joined_ms,
+        "member_type": v.member_type,
+        "session_timeout_ms": v.session_timeout_ms,
+        "protocols": protocols_to_json(v.protocols),
     }
 
 
 def _member_row(row: Sequence[Any]) -> Record:
-    group_id, member_id, instance_id, url, client_id, rebalance_timeout_ms, assignors, joined_ms = row
+    (
+        group_id,
+        member_id,
+        instance_id,
+        url,
+        client_id,
+        rebalance_timeout_ms,
+        assignors,
+        joined_ms,
+        member_type,
+        session_timeout_ms,
+        protocols,
+    ) = row
     return MemberMetadata(
         group_id,
         member_id,
@@ -161,6 +176,9 @@ def _member_row(row: Sequence[Any]) -> Record:
             rebalance_timeout_ms=rebalance_timeout_ms,
             assignors=assignors_from_json(assignors),
             joined_ms=joined_ms,
+            member_type=member_type,
+            session_timeout_ms=session_timeout_ms,
+            protocols=protocols_from_json(protocols),
         ),
     )
 

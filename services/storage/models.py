@@ -57,6 +57,9 @@ GROUPS_TABLE = Table(
 CONNECTORS_TABLE = Table("group_connectors", metadata, _key("group_id"), _key("connector"), _col("task_count", Integer))
 
 # MemberMetadata. ``assignors`` is a list of AssignorSpec dicts (metadata base64-encoded).
+# ``member_type`` (``connect`` | ``classic``), ``session_timeout_ms`` and ``protocols`` (a classic
+# member's, as in ``classic_members.protocols``): migration 0007; members stored before it load as
+# ``connect`` members with 0 and no protocols.
 MEMBERS_TABLE = Table(
     "members",
     metadata,
@@ -68,6 +71,9 @@ MEMBERS_TABLE = Table(
     _col("rebalance_timeout_ms", Integer),
     _col("assignors", JSON),
     _col("joined_ms", BigInteger),
+    _col("member_type", String, server_default=text("'connect'")),
+    _col("session_timeout_ms", Integer, server_default=text("0")),
+    _col("protocols", JSON),
 )
 
 # TargetMember. ``items`` is ``Items.to_json()`` (connectors and tasks).
