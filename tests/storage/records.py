@@ -38,6 +38,7 @@ def group(group_id: str, epoch: int = 1) -> GroupMetadata:
 def member(
     group_id: str, member_id: str, *, instance_id: str | None = None, url: str = "http://w:8083"
 ) -> MemberMetadata:
+    """A `connect` member (the record's defaults: no session timeout, no protocols)."""
     return MemberMetadata(
         group_id,
         member_id,
@@ -51,6 +52,26 @@ def member(
                 AssignorSpec("eager", 1, 1),
             ),
             joined_ms=BIG_MS + 1,
+        ),
+    )
+
+
+def classic_member_of_connect_group(group_id: str, member_id: str) -> MemberMetadata:
+    """A classic worker in a `connect` group (SPEC §12): no assignors, its JoinGroup's session
+    timeout and protocols, in its order (not sorted), bytes that are not UTF-8 and an empty one."""
+    return MemberMetadata(
+        group_id,
+        member_id,
+        MemberMetadataValue(
+            instance_id=None,
+            url="http://classic:8083",
+            client_id="worker",
+            rebalance_timeout_ms=2**31 - 1,
+            assignors=(),
+            joined_ms=BIG_MS + 4,
+            member_type="classic",
+            session_timeout_ms=2**31 - 1,
+            protocols=(("sessioned", b"\x00\x02\xff\xfe s"), ("compatible", b""), ("default", b"\x80" * 7)),
         ),
     )
 
@@ -111,6 +132,7 @@ def every_state_record(group_id: str = "g1") -> list[Record]:
         GroupConfig(group_id, "group.connect.session.timeout.ms", "45000"),
         ConnectorRecord(group_id, "conn-a", 3),
         member(group_id, "m1", instance_id="worker-1"),
+        classic_member_of_connect_group(group_id, "m2"),
         TargetMember(
             group_id,
             "m1",

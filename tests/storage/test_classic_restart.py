@@ -5,23 +5,27 @@ their assignments and the group goes on."""
 
 from __future__ import annotations
 
+from tests.classic.metadata import meta
+
 from collections.abc import Callable
 from typing import Any
 
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import EMPTY
 from services.coordinator.core.coordinator import GroupCoordinator
-from services.coordinator.core.records import ClassicGroupState, RebalanceEvent
+from services.coordinator.core.records import ClassicGroupState, EventType, MemberMetadata, RebalanceEvent
 from services.coordinator.core.state import CoordinatorState, durable_view
 from services.storage import Storage
-from tests.coordinator.harness import TEST_CONFIG, Context, compact
-from tests.coordinator.test_classic_group import REBALANCE, Classic
+from tests.coordinator.harness import TEST_CONFIG, Context, compact, items
+from tests.coordinator.test_classic_group import REBALANCE, SESSION, Classic
+from tests.coordinator.test_migration import Migration
 
 
 class Stored:
     """A Classic context whose every call's records are written to `storage` as one batch."""
 
-    def __init__(self, storage: Storage) -> None:
-        self.c = Classic()
+    def __init__(self, storage: Storage, c: Classic | None = None) -> None:
+        self.c = c if c is not None else Classic()
         self.storage = storage
         self.written = 0
 
@@ -46,6 +50,8 @@ class Stored:
         """A fresh coordinator loads the database (not the in-memory log): volatile state is gone."""
         c = self.c
         c.coordinator = GroupCoordinator(c.config, None, new_member_id=c.coordinator.new_member_id)
+        if isinstance(c, Migration):  # its `connect` workers' context drives the same coordinator
+            c.ctx.coordinator = c.coordinator
         c.answers = {}
         self.step(lambda: c.apply(c.coordinator.load(self.storage.load(), c.now)))
 
@@ -55,7 +61,7 @@ def test_every_step_of_a_classic_group_round_trips_through_storage(storage: Stor
     c = s.c
     steps: list[Callable[[], Any]] = [
         lambda: c.new_member(),
-        lambda: c.new_member(protocols=(("default", b"\x80d"), ("sessioned", b""))),
+        lambda: c.new_member(protocols=(("default", meta("\x80d")), ("sessioned", meta("")))),
         lambda: c.settle(),
         lambda: c.heartbeat("m2", 1),
         lambda: c.sync("m1", 1, {"m1": b"\x00\xff1", "m2": b"2" * 70_000}),
@@ -124,3 +130,59 @@ def test_deleting_a_classic_group_or_its_classic_part_clears_its_rows(storage: S
         for table in ("classic_groups", "classic_members"):
             assert conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar() == 0, table
     assert not any(isinstance(r, RebalanceEvent) for r in storage.load())
+
+
+def test_an_upgraded_group_restarted_from_the_database_keeps_its_classic_members(storage: Storage) -> None:
+    """SPEC §12 rule 2 through real storage: a classic group upgraded by a `connect` join is written
+    as the core writes it; after a restart from the database its converted members are still
+    classic members with their JoinGroup's session timeout and protocols, the durable view is the
+    live one at every step, and the group goes on (a target installed before the restart, a
+    downgrade after it, and another restart)."""
+    m = Migration()
+    s = Stored(storage, m)
+    m1, m2 = s.step(lambda: m.classic_group([items("A"), items("B")]))
+    s.check()
+    c = s.step(lambda: m.connect_join()).member_id
+    s.check()
+    assert m.group().meta.group_type == "connect" and m.group().classic_members == 2
+    live = {mid: m.member(mid).meta for mid in (m1, m2, c)}
+    for mid in (m1, m2):
+        assert live[mid].member_type == "classic" and live[mid].session_timeout_ms == SESSION
+        assert live[mid].protocols == m.protocols(mid, None) and live[mid].protocols[0][0] == "sessioned"
+    assert live[c].member_type == "connect" and live[c].protocols == ()
+    stored = {r.member_id: r.value for r in storage.load() if isinstance(r, MemberMetadata)}
+    assert stored == live
+
+    s.restart()
+    s.check()
+    assert {mid: m.member(mid).meta for mid in (m1, m2, c)} == live
+    assert m.group().classic_members == 2 and m.group().classic is None
+    assert m.member(m1).member_epoch == m.member(m2).member_epoch == m.group().assignment_epoch
+
+    # A target moving B to the connect member, installed before a second restart.
+    s.step(lambda: m.compute(c, {m1: items("A"), m2: EMPTY, c: items("B")}))
+    s.check()
+    s.restart()
+    s.check()
+    assert {mid: m.member(mid).meta for mid in (m1, m2, c)} == live
+    hb = s.step(lambda: m.heartbeat(m2, m.member(m2).member_epoch))
+    assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS  # behind the stored target's epoch
+    joined = s.step(lambda: m.cjoin(m2, items("B")))
+    assert joined.error_code == ErrorCode.NONE and joined.generation_id == m.member(m2).member_epoch
+    s.step(lambda: m.sync(m2, joined.generation_id))
+    s.check()
+    assert m.member(m2).current.revoking == items("B")
+    assert m.member(m2).meta.member_type == "classic" and m.member(m2).meta.session_timeout_ms == SESSION
+
+    # The connect member leaves: only classic members remain, the group goes back to classic.
+    s.step(lambda: m.chb(c, -1))
+    s.check()
+    assert m.group().meta.group_type == "classic" and not m.group().members
+    assert len(m.events(EventType.GROUP_DOWNGRADED)) == 1
+    assert not [r for r in storage.load() if isinstance(r, MemberMetadata)]  # their rows are gone
+    generation = m.generation()
+    s.restart()
+    s.check()
+    assert m.group().meta.group_type == "classic" and set(m.classic().members) == {m1, m2}
+    assert m.generation() == generation and m.state() == ClassicGroupState.PREPARING_REBALANCE
+    m.check_recovery()

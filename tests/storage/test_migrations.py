@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import Connection, create_engine, inspect, text
 
+from services.coordinator.core.records import MemberMetadata, Record
 from services.storage import Storage, StorageError, migrate
 from services.storage.codec import CODECS
-from services.storage.models import metadata
+from services.storage.models import MEMBERS_TABLE, metadata
 from services.storage.repository import SCHEMA_HEAD
 
 TABLES = {
@@ -30,6 +35,30 @@ TABLES = {
 }
 # Replicas (migration 0004): not per group.
 REPLICA_TABLES = {"coordinator_cluster", "coordinator_replicas", "partition_leases"}
+# The members' columns added by 0007 (SPEC §12 migration: a classic member of a `connect` group).
+MEMBER_0007_COLUMNS = ("member_type", "session_timeout_ms", "protocols")
+
+
+def _insert_as_stored_then(conn: Connection, records: Sequence[Record]) -> None:
+    """Insert rows as the release at the database's current revision wrote them: only the columns
+    its tables have (the later ones are the migrations' to fill)."""
+    present: dict[str, set[str]] = {}
+    for r in records:
+        codec = CODECS[type(r)]
+        table = codec.table.name
+        if table not in present:
+            present[table] = {c["name"] for c in inspect(conn).get_columns(table)}
+        conn.execute(codec.table.insert(), {k: v for k, v in codec.to_params(r).items() if k in present[table]})
+
+
+def _as_before_0007(records: Sequence[Record]) -> list[Record]:
+    """What members stored before 0007 load as: `connect` members, no session timeout or protocols."""
+    return [
+        replace(r, value=replace(r.value, member_type="connect", session_timeout_ms=0, protocols=()))
+        if isinstance(r, MemberMetadata) and r.value is not None
+        else r
+        for r in records
+    ]
 
 
 def test_migrated_schema_matches_models(storage: Storage) -> None:
@@ -73,7 +102,8 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0005_classic_groups.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0006_config_offset.py").is_file()
-    assert migrate.head_revision() == "0006"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0007_member_migration_fields.py").is_file()
+    assert migrate.head_revision() == "0007"
     # Opening a current database compares with this constant instead of importing alembic.
     assert migrate.head_revision() == SCHEMA_HEAD
 
@@ -92,14 +122,14 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
     engine = create_engine(db_url)
     try:
         with engine.begin() as conn:
-            migrate.downgrade(conn, "0005")
+            migrate.downgrade(conn, "0006")
         old = Storage(db_url)
         with pytest.raises(
-            StorageError, match="at revision 0005, this version needs 0006: run `connect-coordinator migrate`"
+            StorageError, match="at revision 0006, this version needs 0007: run `connect-coordinator migrate`"
         ):
             old.open(migrate_schema=False)
         with engine.connect() as conn:
-            assert migrate.current_revision(conn) == "0005"
+            assert migrate.current_revision(conn) == "0006"
         old.open()  # migrating brings it to the head
         old.close()
         with engine.connect() as conn:
@@ -111,8 +141,6 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
 def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str) -> None:
     """Rows of a database written before 0002 survive the upgrade; member assignments load with
     request_sequence -1 (nothing known), which is how that release behaved."""
-    from dataclasses import replace
-
     from services.coordinator.core.records import CLASSIC_RECORD_TYPES, CurrentAssignment, TargetMetadata
     from tests.storage.records import every_state_record
 
@@ -130,7 +158,7 @@ def test_upgrade_from_0001_keeps_assignments_with_no_known_sequence(db_url: str)
         else replace(r, value=replace(r.value, computed_by=""))
         if isinstance(r, TargetMetadata) and r.value is not None
         else r
-        for r in records
+        for r in _as_before_0007(records)
     ]
     assert any(isinstance(r, CurrentAssignment) and r.value and r.value.request_sequence > 0 for r in records)
     assert loaded == expected
@@ -151,16 +179,13 @@ def test_upgrade_from_0004_keeps_the_data_and_stores_classic_groups_and_downgrad
         with engine.begin() as conn:
             migrate.upgrade(conn, "0004")
         assert not {"classic_groups", "classic_members"} & set(inspect(engine).get_table_names())
-        # Rows as release 0004 wrote them (its tables are unchanged by 0005; 0006 adds a column).
+        # Rows as release 0004 wrote them (its tables are unchanged by 0005; 0006 and 0007 add columns).
         with engine.begin() as conn:
-            for r in before_classic:
-                codec = CODECS[type(r)]
-                params = {k: v for k, v in codec.to_params(r).items() if k != "config_offset"}
-                conn.execute(codec.table.insert(), params)
-        with Storage(db_url) as s:  # opening migrates 0004 -> 0005 -> 0006
+            _insert_as_stored_then(conn, before_classic)
+        with Storage(db_url) as s:  # opening migrates 0004 -> ... -> the head
             with s.engine.connect() as conn:
                 assert migrate.current_revision(conn) == SCHEMA_HEAD
-            assert s.load() == before_classic
+            assert s.load() == _as_before_0007(before_classic)
             s.write(records)
             assert s.load() == records
         with engine.begin() as conn:
@@ -170,10 +195,10 @@ def test_upgrade_from_0004_keeps_the_data_and_stores_classic_groups_and_downgrad
         )
         with engine.connect() as conn:
             assert migrate.current_revision(conn) == "0004"
-            assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 2
+            assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 4
             assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
         with Storage(db_url) as s:  # and up again: the classic tables are back, empty
-            assert s.load() == before_classic
+            assert s.load() == _as_before_0007(before_classic)
     finally:
         engine.dispose()
 
@@ -183,8 +208,6 @@ def test_upgrade_from_0005_gives_stored_groups_config_offset_0_and_downgrade_dro
 ) -> None:
     """0006 adds the groups' config offset: groups stored by 0005 load at 0 (what their offset was
     never counted as), new ones keep theirs; downgrading to 0005 drops the column and nothing else."""
-    from dataclasses import replace
-
     from services.coordinator.core.records import GroupMetadata, GroupMetadataValue
     from tests.storage.records import every_state_record
 
@@ -195,15 +218,12 @@ def test_upgrade_from_0005_gives_stored_groups_config_offset_0_and_downgrade_dro
             migrate.upgrade(conn, "0005")
             assert "config_offset" not in {c["name"] for c in inspect(conn).get_columns("groups")}
             # Rows as release 0005 wrote them: the groups without a config offset.
-            for r in records:
-                codec = CODECS[type(r)]
-                params = {k: v for k, v in codec.to_params(r).items() if k != "config_offset"}
-                conn.execute(codec.table.insert(), params)
-        with Storage(db_url) as s:  # opening migrates 0005 -> 0006
+            _insert_as_stored_then(conn, records)
+        with Storage(db_url) as s:  # opening migrates 0005 -> 0006 (-> 0007)
             with s.engine.connect() as conn:
-                assert migrate.current_revision(conn) == "0006"
+                assert migrate.current_revision(conn) == SCHEMA_HEAD
             loaded = s.load()
-            assert loaded == records
+            assert loaded == _as_before_0007(records)
             assert {r.value.config_offset for r in loaded if isinstance(r, GroupMetadata) and r.value} == {0}
             bumped = [
                 GroupMetadata(r.group_id, replace(r.value, config_offset=2**40 + 7))
@@ -226,6 +246,76 @@ def test_upgrade_from_0005_gives_stored_groups_config_offset_0_and_downgrade_dro
             reloaded = s.load()
         assert {r.value.config_offset for r in reloaded if isinstance(r, GroupMetadata) and r.value} == {0}
         assert len([r for r in reloaded if isinstance(r, GroupMetadata)]) == 3
+    finally:
+        engine.dispose()
+
+
+def _raw_protocols(conn: Connection, table: str, group_id: str, member_id: str) -> Any:
+    value = conn.execute(
+        text(f"SELECT protocols FROM {table} WHERE group_id = :g AND member_id = :m"), {"g": group_id, "m": member_id}
+    ).scalar_one()
+    return json.loads(value) if isinstance(value, str) else value  # SQLite: text; PostgreSQL: parsed
+
+
+def test_upgrade_from_0006_loads_members_as_connect_and_downgrade_drops_only_the_member_columns(
+    db_url: str,
+) -> None:
+    """0007 adds a member's type, session timeout and protocols: members stored by 0006 load as
+    `connect` members (session timeout 0, no protocols), a classic member of a `connect` group
+    written after it keeps all three (its protocols in classic_members' JSON form, in its order);
+    downgrading to 0006 drops the three columns and nothing else."""
+    from tests.storage.records import every_state_record
+
+    records = every_state_record("g1") + every_state_record("g2")
+    classic = [r for r in records if isinstance(r, MemberMetadata) and r.value and r.value.member_type == "classic"]
+    assert [(r.group_id, r.member_id) for r in classic] == [("g1", "m2"), ("g2", "m2")]
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0006")
+            assert not set(MEMBER_0007_COLUMNS) & {c["name"] for c in inspect(conn).get_columns("members")}
+            _insert_as_stored_then(conn, records)  # rows as release 0006 wrote them
+        with Storage(db_url) as s:  # opening migrates 0006 -> 0007
+            with s.engine.connect() as conn:
+                assert migrate.current_revision(conn) == "0007"
+            loaded = s.load()
+            assert loaded == _as_before_0007(records) != records
+            members = [r.value for r in loaded if isinstance(r, MemberMetadata) and r.value is not None]
+            assert len(members) == 4
+            assert {(v.member_type, v.session_timeout_ms, v.protocols) for v in members} == {("connect", 0, ())}
+            s.write(records)
+            assert s.load() == records
+            with s.engine.connect() as conn:
+                row = conn.execute(
+                    text(
+                        "SELECT member_type, session_timeout_ms FROM members WHERE group_id = 'g1' AND member_id = 'm2'"
+                    )
+                ).one()
+                assert tuple(row) == ("classic", 2**31 - 1)
+                stored = _raw_protocols(conn, "members", "g1", "m2")
+                assert stored == [["sessioned", "AAL//iBz"], ["compatible", ""], ["default", "gICAgICAgA=="]]
+                # The same form as a classic group's member (the sample's protocols are the same).
+                assert stored == _raw_protocols(conn, "classic_members", "g1", "cm1")
+            # A classic member back to `connect` (a downgrade of the group and a connect rejoin): overwritten.
+            plain = _as_before_0007(records)
+            s.write(plain)
+            assert s.load() == plain
+            s.write(records)
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0006")
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0006"
+            assert {c["name"] for c in inspect(conn).get_columns("members")} == {
+                c.name for c in MEMBERS_TABLE.columns if c.name not in MEMBER_0007_COLUMNS
+            }
+            assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 4
+            assert conn.exec_driver_sql("SELECT count(*) FROM classic_members").scalar() == 2
+            assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
+        old = Storage(db_url)
+        with pytest.raises(StorageError, match="at revision 0006, this version needs 0007"):
+            old.open(migrate_schema=False)
+        with Storage(db_url) as s:  # and up again: every member a `connect` member, the rest as written
+            assert s.load() == _as_before_0007(records)
     finally:
         engine.dispose()
 

@@ -45,6 +45,8 @@ items = st.builds(
     st.lists(st.sampled_from(["c1", "c2"]), max_size=2),
     st.lists(st.tuples(st.sampled_from(["c1", "c2"]), st.integers(0, 3)), max_size=3),
 )
+# A classic worker's (name, metadata) list, in its order (names may repeat: storage keeps what it is given).
+protocols = st.lists(st.tuples(st.sampled_from(["sessioned", "compatible", "default"]), blobs), max_size=3).map(tuple)
 
 
 def _maybe(value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -67,6 +69,10 @@ records: st.SearchStrategy[Record] = st.one_of(
                 small,
                 st.lists(st.builds(AssignorSpec, st.sampled_from(["a", "b"]), small, small), max_size=2).map(tuple),
                 small,
+                # SPEC §12: a classic member of a `connect` group (its session timeout and protocols).
+                member_type=st.sampled_from(["connect", "classic"]),
+                session_timeout_ms=small,
+                protocols=protocols,
             )
         ),
     ),
@@ -104,9 +110,7 @@ records: st.SearchStrategy[Record] = st.one_of(
                 st.just("c"),
                 small,
                 small,
-                st.lists(st.tuples(st.sampled_from(["sessioned", "compatible", "default"]), blobs), max_size=3).map(
-                    tuple
-                ),
+                protocols,
                 blobs,
                 small,
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.common.items import Items
@@ -31,6 +33,7 @@ from tests.storage.records import (
     assignment,
     classic_group,
     classic_member,
+    classic_member_of_connect_group,
     event,
     every_state_record,
     group,
@@ -203,6 +206,25 @@ def test_a_16_mib_classic_assignment_and_64_kib_metadata_round_trip_exactly(stor
     )
     storage.write([record])
     assert storage.load() == [record]
+
+
+def test_a_classic_member_of_a_connect_group_keeps_its_type_session_and_protocols(storage: Storage) -> None:
+    """SPEC §12: a classic worker in a `connect` group; its protocols in its order, bytes exact (the
+    largest metadata a member sends), none at all, and a `connect` rewrite of the same member."""
+    meta = bytes(reversed(range(256))) * 256
+    worker = classic_member_of_connect_group("g", "w")
+    assert worker.value is not None
+    big = MemberMetadata("g", "big", replace(worker.value, protocols=(("default", meta), ("sessioned", meta[:3]))))
+    bare = MemberMetadata("g", "bare", replace(worker.value, protocols=(), session_timeout_ms=1))
+    storage.write([group("g"), worker, big, bare])
+    loaded = storage.load()
+    assert loaded == [group("g"), bare, big, worker]  # members in key order
+    values = [r.value for r in loaded if isinstance(r, MemberMetadata) and r.value is not None]
+    assert [v.protocols[0][0] for v in values[1:]] == ["default", "sessioned"]
+    assert {v.member_type for v in values} == {"classic"}
+    rejoined = member("g", "w")  # the same member id as a `connect` member: every field replaced
+    storage.write([rejoined])
+    assert storage.load("g")[-1] == rejoined and rejoined.value is not None and rejoined.value.protocols == ()
 
 
 def test_events_are_appended_in_order_and_never_compacted(storage: Storage) -> None:
