@@ -5,8 +5,6 @@ their assignments and the group goes on."""
 
 from __future__ import annotations
 
-from tests.classic.metadata import meta
-
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +59,7 @@ def test_every_step_of_a_classic_group_round_trips_through_storage(storage: Stor
     c = s.c
     steps: list[Callable[[], Any]] = [
         lambda: c.new_member(),
-        lambda: c.new_member(protocols=(("default", meta("\x80d")), ("sessioned", meta("")))),
+        lambda: c.new_member(protocols=(("default", b"\x80d"), ("sessioned", b""))),
         lambda: c.settle(),
         lambda: c.heartbeat("m2", 1),
         lambda: c.sync("m1", 1, {"m1": b"\x00\xff1", "m2": b"2" * 70_000}),
