@@ -268,11 +268,8 @@ def test_describe_applies_a_cooperative_assignment_to_the_members_allocation(c: 
 
 
 def test_describe_of_bytes_that_do_not_decode_says_so_and_shows_no_items(c: Classic) -> None:
-    c.stable_group(2)  # metadata b"s-meta": not Connect's protocol
-    d = describe(c)
-    assert [m.member_state.split(":")[0] for m in d.members] == ["Unreadable", "Unreadable"]
-    assert "metadata" in d.members[0].member_state
-    assert not items(d.members[0]) and not d.members[0].url
+    # (Metadata that does not parse is refused at JoinGroup since; assignment bytes stay the
+    # leader's business and may be anything.)
     good = (("sessioned", metadata(1, "http://w")),)
     c2 = Classic()
     (n1, _), (n2, _) = c2.new_member(protocols=good), c2.new_member(protocols=good)

@@ -28,12 +28,13 @@ from services.coordinator.core.records import (
     Record,
 )
 from services.coordinator.core.state import ClassicGroup, CoordinatorState, durable_view
+from tests.classic.metadata import meta
 from tests.coordinator.harness import TEST_CONFIG, Context, compact
 
 SESSION = 10_000
 REBALANCE = 60_000
 DELAY = ServerConfig().classic_initial_rebalance_delay_ms  # 3000
-SESSIONED = (("sessioned", b"s-meta"), ("compatible", b"c-meta"), ("default", b"d-meta"))
+SESSIONED = (("sessioned", meta("s-meta")), ("compatible", meta("c-meta")), ("default", meta("d-meta")))
 EMPTY = ClassicGroupState.EMPTY
 PREPARING = ClassicGroupState.PREPARING_REBALANCE
 COMPLETING = ClassicGroupState.COMPLETING_REBALANCE
@@ -230,7 +231,7 @@ def test_initial_rebalance_waits_the_delay_and_again_while_members_keep_joining(
     assert leader.generation_id == follower.generation_id == 1
     assert leader.leader == follower.leader == m1  # the first member to join leads
     assert leader.protocol_name == follower.protocol_name == "sessioned"
-    assert [(m.member_id, m.metadata) for m in leader.members] == [(m1, b"s-meta"), (m2, b"s-meta")]
+    assert [(m.member_id, m.metadata) for m in leader.members] == [(m1, meta("s-meta")), (m2, meta("s-meta"))]
     assert list(follower.members) == []
     (bump,) = c.events(EventType.GENERATION_BUMPED)
     assert bump.group_epoch == 1 and bump.details["reason"] == "member_joined" and bump.details["members"] == 2
@@ -280,31 +281,31 @@ def test_generation_bumps_with_every_rebalance_and_is_stored_before_anyone_hears
 
 
 def test_protocol_is_the_vote_of_the_members_among_those_every_member_supports(c: Classic) -> None:
-    both = (("sessioned", b"s"), ("compatible", b"c"))
+    both = (("sessioned", meta("s")), ("compatible", meta("c")))
     c.new_member(protocols=both)
     c.new_member(protocols=both)
-    _, w3 = c.new_member(protocols=(("compatible", b"c3"), ("sessioned", b"s3")))
+    _, w3 = c.new_member(protocols=(("compatible", meta("c3")), ("sessioned", meta("s3"))))
     c.settle()
     assert c.answer(w3).protocol_name == "sessioned"  # two votes to one
 
     other = Classic()
     other.new_member(protocols=both)
-    _, w = other.new_member(protocols=(("compatible", b"c2"),))  # sessioned is not supported by all
+    _, w = other.new_member(protocols=(("compatible", meta("c2")),))  # sessioned is not supported by all
     other.settle()
     assert other.answer(w).protocol_name == "compatible"
     other.check_recovery()
 
 
 def test_inconsistent_protocols_are_refused_and_nothing_is_stored(c: Classic) -> None:
-    m1, _ = c.new_member(protocols=(("sessioned", b"s"),))
+    m1, _ = c.new_member(protocols=(("sessioned", meta("s")),))
     before, records = durable_view(c.coordinator.state), len(c.log)
-    response = c.join("", protocols=(("default", b"d"),))
+    response = c.join("", protocols=(("default", meta("d")),))
     assert response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert "every other member" in response.error_message
     assert durable_view(c.coordinator.state) == before and len(c.log) == records
     assert not c.classic().pending  # no id handed out either
     # A member alone may change its protocols (only the others' count).
-    assert c.parked(c.join(m1, protocols=(("default", b"d"),)))
+    assert c.parked(c.join(m1, protocols=(("default", meta("d")),)))
 
 
 def test_follower_rejoining_a_stable_group_with_the_same_metadata_gets_the_current_generation(c: Classic) -> None:
@@ -326,9 +327,9 @@ def test_leader_rejoining_a_stable_group_starts_a_rebalance(c: Classic) -> None:
 
 def test_member_with_new_metadata_starts_a_rebalance(c: Classic) -> None:
     _, m2 = c.stable_group(2)
-    w2 = c.join(m2, protocols=(("sessioned", b"new"), ("compatible", b"c-meta")))
+    w2 = c.join(m2, protocols=(("sessioned", meta("new")), ("compatible", meta("c-meta"))))
     assert c.parked(w2) and c.state() == PREPARING
-    assert c.classic().members[m2].value.protocols[0] == ("sessioned", b"new")
+    assert c.classic().members[m2].value.protocols[0] == ("sessioned", meta("new"))
 
 
 def test_member_that_missed_its_join_answer_gets_it_again_while_completing(c: Classic) -> None:
@@ -563,7 +564,7 @@ def test_replay_of_the_records_is_the_live_state_at_every_step(c: Classic) -> No
         lambda: c.settle(),
         lambda: c.sync("m1", 1, {"m1": b"1", "m2": b"2"}),
         lambda: c.sync("m2", 1),
-        lambda: c.new_member(protocols=(("compatible", b"c"),)),
+        lambda: c.new_member(protocols=(("compatible", meta("c")),)),
         lambda: c.join("m1"),
         lambda: c.join("m2"),
         lambda: c.sync("m1", 2, {"m2": b"22", "m3": b"33"}),
@@ -722,7 +723,7 @@ BAD_JOINS = [
     (_join(protocols=()), ErrorCode.INVALID_REQUEST, "protocols"),
     (_join(protocols=(("", b""),)), ErrorCode.INVALID_REQUEST, "protocols[0].name"),
     (_join(protocols=(("range", b""),)), ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "protocols[0].name"),
-    (_join(protocols=(("default", b""), ("default", b""))), ErrorCode.INVALID_REQUEST, "protocols[1].name"),
+    (_join(protocols=(("default", meta("")), ("default", meta("")))), ErrorCode.INVALID_REQUEST, "protocols[1].name"),
     (_join(protocols=(("default", TEN_MB),)), ErrorCode.INVALID_REQUEST, "group.connect.max.member.metadata.bytes"),
     (_join(session_timeout_ms=0), ErrorCode.INVALID_REQUEST, "session_timeout_ms"),
     (_join(session_timeout_ms=-5), ErrorCode.INVALID_REQUEST, "session_timeout_ms"),
@@ -751,11 +752,21 @@ def test_bad_join_gets_an_error_naming_the_field_and_stores_nothing(
     assert not c.classic().pending and c.state() == STABLE
 
 
+def test_metadata_that_does_not_parse_as_connects_is_refused_naming_the_field(c: Classic) -> None:
+    before = durable_view(c.coordinator.state)
+    response = c.join("", protocols=(("sessioned", meta("s")), ("compatible", b"\x00\x01garbage")))
+    assert response.error_code == ErrorCode.INVALID_REQUEST
+    assert response.error_message.startswith("protocols[1].metadata does not parse as Connect's worker metadata")
+    assert durable_view(c.coordinator.state) == before and not c.coordinator.state.groups
+
+
 def test_metadata_over_the_group_bound_is_refused() -> None:
     c = Classic(ServerConfig(max_member_metadata_bytes=1_000, max_group_metadata_bytes=1_500))
-    c.new_member(protocols=(("sessioned", b"x" * 1_000),))
+    first = meta("x" * 972)  # readable Connect metadata of exactly 1,000 bytes
+    assert len(first) == 1_000
+    c.new_member(protocols=(("sessioned", first),))
     before = durable_view(c.coordinator.state)
-    response = c.join("", protocols=(("sessioned", b"y" * 600),))
+    response = c.join("", protocols=(("sessioned", meta("y" * 572)),))
     assert response.error_code == ErrorCode.INVALID_REQUEST
     assert "group.connect.max.group.metadata.bytes" in response.error_message
     assert durable_view(c.coordinator.state) == before
@@ -815,7 +826,7 @@ def test_bad_sync_gets_an_error_naming_the_field(
 
 def test_duplicate_and_oversized_assignments_are_refused() -> None:
     c = Classic(ServerConfig(max_member_metadata_bytes=100, max_group_metadata_bytes=100))
-    m1, _ = c.new_member(protocols=(("sessioned", b""),))
+    m1, _ = c.new_member(protocols=(("sessioned", meta("")),))
     c.sleep(DELAY)
     req = classic_pb2.SyncGroupRequest(group_id="g", member_id=m1, generation_id=1)
     req.assignments.add(member_id=m1, assignment=b"a")

@@ -14,6 +14,7 @@ from services.coordinator.core.coordinator import GroupCoordinator
 from services.coordinator.core.records import ClassicGroupState, EventType, MemberMetadata, RebalanceEvent
 from services.coordinator.core.state import CoordinatorState, durable_view
 from services.storage import Storage
+from tests.classic.metadata import meta
 from tests.coordinator.harness import TEST_CONFIG, Context, compact, items
 from tests.coordinator.test_classic_group import REBALANCE, SESSION, Classic
 from tests.coordinator.test_migration import Migration
@@ -59,7 +60,7 @@ def test_every_step_of_a_classic_group_round_trips_through_storage(storage: Stor
     c = s.c
     steps: list[Callable[[], Any]] = [
         lambda: c.new_member(),
-        lambda: c.new_member(protocols=(("default", b"\x80d"), ("sessioned", b""))),
+        lambda: c.new_member(protocols=(("default", meta("\x80d")), ("sessioned", meta("")))),
         lambda: c.settle(),
         lambda: c.heartbeat("m2", 1),
         lambda: c.sync("m1", 1, {"m1": b"\x00\xff1", "m2": b"2" * 70_000}),

@@ -277,6 +277,13 @@ class ClassicGroups(CoreBase):
                 f"protocols: {size} bytes of protocol metadata; group.connect.max.member.metadata.bytes is "
                 f"{cfg.max_member_metadata_bytes}"
             )
+        for i, p in enumerate(req.protocols):
+            # Connect's own metadata (version, url, config offset[, allocation]): bytes that do not parse
+            # would reach the leader (and a migration) as a member nobody can read.
+            try:
+                decode_metadata(p.metadata)
+            except ProtocolError as e:
+                raise invalid(f"protocols[{i}].metadata does not parse as Connect's worker metadata: {e}") from None
         low, high = cfg.classic_min_session_timeout_ms, cfg.classic_max_session_timeout_ms
         if not low <= req.session_timeout_ms <= high:
             raise invalid(
