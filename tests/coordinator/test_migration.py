@@ -32,7 +32,6 @@ from services.coordinator.core.records import (
     MemberState,
 )
 from services.coordinator.core.state import durable_view
-from tests.classic.metadata import meta
 from tests.coordinator.harness import IC, TEST_CONFIG, Context, assignors_proto, heartbeat_request, items
 from tests.coordinator.test_classic_group import REBALANCE, SESSION, Classic
 
