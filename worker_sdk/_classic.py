@@ -273,6 +273,7 @@ class ClassicMember:
         self._left = False
         self._rebalance: _Rebalance | None = None
         self._events: list[ClassicEvent] = []
+        self._follow_up = False  # this leader's last assignment needs a follow-up rebalance
 
     # ---- views ------------------------------------------------------------------------------------
 
@@ -407,12 +408,17 @@ class ClassicMember:
                 # After the answer's revocations and starts (Connect starts its new items before the
                 # follow-up rebalance's JoinGroup reports them).
                 self._begin_rejoin(now_ms, self._rejoin_reason)
+        if self._config_retry_at is not None and now_ms >= self._config_retry_at:
+            self._config_retry_at = None  # over (as the control backoff below: no wake-up due forever)
         if self._config_req is None and self._config_due(now_ms):
             return self._send_config(now_ms)
         if self._control is not None:
             return None
         if self._control_retry_at is not None and now_ms < self._control_retry_at:
             return None
+        # The backoff is over; what may still hold the request back (the config, an effect) wakes
+        # the driver itself -- kept, a passed retry time would be a wake-up due forever (a busy loop).
+        self._control_retry_at = None
         if self.state == ClassicState.LEAVING:
             if not self._leave_ready():
                 return None
@@ -699,6 +705,14 @@ class ClassicMember:
                 last_completed_generation=self.last_completed_generation,
             )
         self._assigned_config = (self.config_offset, connectors)
+        if version:
+            # The assignor's revocations the answer names for no member (items it handed to a
+            # candidate and took back for balance in one round, which nobody ran): no member rejoins
+            # for them, so the leader does -- else nothing hands them out (found by the simulator).
+            named = EMPTY
+            for a in result.values():
+                named = named | a.revoked
+            self._follow_up = bool(self.assignor.previous_revocation - named)
         out = {}
         for mid, a in result.items():
             out[mid] = encode_assignment(
@@ -776,6 +790,10 @@ class ClassicMember:
                 self._rejoin_reason = "revoked items (the follow-up rebalance)"
             if a.delay_ms > 0:
                 self._rejoin_at = now_ms + a.delay_ms
+            if self._follow_up and self.is_leader:
+                self._rejoin_wanted = True
+                self._rejoin_reason = "items revoked from no member (the follow-up rebalance)"
+        self._follow_up = False
         self._maybe_complete_rebalance(now_ms)
 
     # -- Heartbeat
@@ -977,7 +995,10 @@ class ClassicMember:
                     times.append(self._next_heartbeat_ms)
                 if self._rejoin_at is not None:
                     times.append(self._rejoin_at)
-        for t in (self.safety_deadline_ms(), self._leave_deadline_ms()):
+        # The session-safety stop does not apply while leaving (everything is being stopped anyway):
+        # as a wake-up it would be due forever (a busy loop).
+        safety = None if self.state == ClassicState.LEAVING else self.safety_deadline_ms()
+        for t in (safety, self._leave_deadline_ms()):
             if t is not None:
                 times.append(t)
         return min(times) if times else None
