@@ -25,6 +25,10 @@ LEASE_MS = 1_200
 RENEW_MS = 300
 # Once converged, the group must stay converged this many heartbeat intervals.
 HOLD_INTERVALS = 3
+# Classic groups (SPEC §12): the first rebalance of an empty group waits this long for more members;
+# a classic worker's JoinGroup / SyncGroup may wait its rebalance timeout plus this (ClassicConfig.join_margin_ms).
+CLASSIC_INITIAL_DELAY_MS = 300
+CLASSIC_JOIN_MARGIN_MS = 2_000
 # Guard against a run that never ends (a livelock in virtual time).
 MAX_STEPS_PER_RUN = 200_000
 # ... and against one that never lets virtual time advance (something asks to be woken "now" forever).
@@ -45,6 +49,9 @@ def server_config(s: Scenario) -> ServerConfig:
         assignment_retry_backoff_ms=200,
         assignment_retry_backoff_max_ms=RETRY_BACKOFF_MAX_MS,
         assignor_timeout_ms=ASSIGNOR_TIMEOUT_MS,
+        classic_initial_rebalance_delay_ms=CLASSIC_INITIAL_DELAY_MS,
+        classic_min_session_timeout_ms=MIN_SESSION_MS,
+        classic_max_session_timeout_ms=MAX_SESSION_MS,
     )
 
 
@@ -57,6 +64,23 @@ def convergence_bound_ms(s: Scenario) -> int:
     plus the retry backoff) and ten heartbeat intervals (revoke, acknowledge, assign, start)."""
     max_delay = s.net.max_delay_ms if s.net.delay > 0 else 10
     longest_rt = max((w.rebalance_timeout_ms for w in s.workers), default=0)
+    if s.classic:
+        # A classic group: a session (dead members expire), the longest delay, a JoinGroup whose
+        # answer was lost (its timeout), the initial delay, the cooperative leader's delay for lost
+        # work, three rebalances of a join and a sync phase each (the one under way, the revocation,
+        # the follow-up) and ten heartbeat intervals.
+        join_call = longest_rt + CLASSIC_JOIN_MARGIN_MS
+        rebalances = 3 * 2 * longest_rt
+        return (
+            MAX_SESSION_MS
+            + max_delay
+            + join_call
+            + CLASSIC_INITIAL_DELAY_MS
+            + MAX_SCHEDULED_DELAY_MS
+            + rebalances
+            + LOAD_MS
+            + 10 * MAX_HEARTBEAT_MS
+        )
     assignment = max(longest_rt + 1_000, ASSIGNOR_TIMEOUT_MS) + RETRY_BACKOFF_MAX_MS
     return MAX_SESSION_MS + max_delay + MAX_SCHEDULED_DELAY_MS + assignment + LOAD_MS + 10 * MAX_HEARTBEAT_MS
 
@@ -103,6 +127,12 @@ class Stats:
     pauses: int = 0
     misrouted: int = 0
     lookups: int = 0
+    # Classic groups (SPEC §12): classic scenarios run; JoinGroup / SyncGroup calls parked, and those
+    # failed because the coordinator crashed or reloaded the group meanwhile; the highest generation.
+    classic_runs: int = 0
+    parked: int = 0
+    parked_failed: int = 0
+    generation: int = 0
     # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
     bad_checked: dict[str, int] = field(default_factory=dict)
 

@@ -8,13 +8,15 @@ only what the coordinator gave to (or holds for) it; (b) epochs -- member <= ass
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from services.common.items import EMPTY, all_items
+from services.coordinator.core.records import ClassicGroupState
 from services.coordinator.core.records import MemberState as CoordMemberState
 from services.coordinator.core.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
-from simulator.base import GROUP, Violation
-from worker_sdk import MemberState
+from simulator.base import CLASSIC_JOIN_MARGIN_MS, GROUP, Violation
+from worker_sdk import ClassicMember, ClassicState, MemberState
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
@@ -24,12 +26,17 @@ if TYPE_CHECKING:
 def check_safety(sim: Simulation) -> None:
     """(a) and (b), after every step."""
     running: dict[Any, SimWorker] = {}
+    twice: list[tuple[Any, SimWorker, SimWorker]] = []
     for w in sim.workers:
         for key in w.active.item_keys():
             other = running.get(key)
             if other is not None:
-                raise Violation("a-workers", f"{key} runs on both {other.name} and {w.name}")
+                if not sim.scenario.classic:
+                    raise Violation("a-workers", f"{key} runs on both {other.name} and {w.name}")
+                twice.append((key, other, w))
             running[key] = w
+    if sim.scenario.classic:
+        _check_classic_workers(sim, twice)
     if len(sim.nodes) > 1:
         # (e) replicas: at most one serves the group's partition at any instant (by its own clock).
         serving = [n.replica_id for n in sim.nodes if n.serving]
@@ -39,7 +46,9 @@ def check_safety(sim: Simulation) -> None:
     if node.serving:
         assert node.core is not None
         group = node.core.state.groups.get(GROUP)
-        if group is not None:
+        if group is not None and sim.scenario.classic:
+            _check_classic(sim, group)
+        elif group is not None:
             _check_coordinator(sim, group, running)
             if group.unsettled != group.count_unsettled():
                 # The group's state (Stable or Reconciling) reads this count, which replay keeps.
@@ -103,6 +112,68 @@ def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWork
             )
 
 
+def _check_classic_workers(sim: Simulation, twice: list[tuple[Any, SimWorker, SimWorker]]) -> None:
+    """(a) for a classic group. Kafka's classic rules drop a member that does not rejoin within the
+    rebalance timeout, and the next leader may hand its work out at once, while the dropped worker
+    -- whose heartbeats were delayed or cut off -- still runs it until it notices (a heartbeat
+    answered UNKNOWN_MEMBER_ID, its JoinGroup timing out, its session-safety stop). So: no item
+    runs on two workers unless one of them is such a *zombie* (a worker running work under a member
+    id the coordinator no longer has), and a zombie stops that work within `zombie_bound_ms`."""
+    node = sim.node
+    if node.serving:
+        assert node.core is not None
+        group = node.core.state.groups.get(GROUP)
+        members = group.classic.members if group is not None and group.classic is not None else {}
+        for w in sim.workers:
+            key = (w.index, w.incarnation)
+            if w.member is not None and w.active and w.member_id not in members:
+                sim.zombies.setdefault(key, sim.now)
+            else:
+                sim.zombies.pop(key, None)
+    for item, a, b in twice:
+        zombies = [w for w in (a, b) if (w.index, w.incarnation) in sim.zombies]
+        if not zombies:
+            raise Violation("a-workers", f"{item} runs on both {a.name} and {b.name}, members of the group")
+        for z in zombies:
+            since = sim.zombies[(z.index, z.incarnation)]
+            if sim.now > since + zombie_bound_ms(sim, z):
+                raise Violation(
+                    "a-workers",
+                    f"{item} runs on both {a.name} and {b.name}; {z.name} was dropped from the group at {since} "
+                    "and still runs it",
+                )
+
+
+def zombie_bound_ms(sim: Simulation, w: SimWorker) -> int:
+    """How long a dropped worker may go on running its work: until its session-safety stop (a
+    session from its last proof of membership, which came before the drop), or until a JoinGroup
+    it sent times out (its rebalance timeout plus the join margin), plus the longest message delay."""
+    s = sim.scenario
+    max_delay = s.net.max_delay_ms if s.net.delay > 0 else 10
+    return max(s.session_timeout_ms, w.spec.rebalance_timeout_ms + CLASSIC_JOIN_MARGIN_MS) + max_delay
+
+
+def _check_classic(sim: Simulation, group: Group) -> None:
+    """(b) for a classic group: its generation never goes back (the stored ones are checked as they
+    are written, simulation.classic_generation), and a worker never knows a generation the
+    coordinator has not stored (nor does one of its members)."""
+    classic = group.classic
+    if classic is None:
+        return  # not (yet, or no longer: deleted empty) a classic group
+    floor = sim.generations.get(GROUP, 0)
+    if classic.generation < floor:
+        raise Violation("b-generations", f"the group is at generation {classic.generation}, {floor} was stored")
+    for w in sim.workers:
+        wm = w.member
+        # (A worker the group dropped may remember a generation of a group deleted since, empty.)
+        if isinstance(wm, ClassicMember) and wm.member_id in classic.members and wm.generation > classic.generation:
+            raise Violation(
+                "d-durability",
+                f"{w.name} ({wm.member_id}) is in generation {wm.generation}, the coordinator's is "
+                f"{classic.generation} (it was told something that was never stored)",
+            )
+
+
 NOT_SERVING = "the coordinator is not serving"
 
 
@@ -116,18 +187,28 @@ def convergence_problem(sim: Simulation) -> str | None:
     group = node.core.state.groups.get(GROUP)
     if group is None:
         return "no group"
+    if sim.scenario.classic:
+        return _classic_problem(sim, group)
     if group.state() != STABLE:
         return f"group state {group.state()} (epoch {group.epoch}, assignment epoch {group.assignment_epoch})"
     if group.target.scheduled_rebalance_ms and group.target.scheduled_rebalance_ms > sim.now:
         return "a delayed rebalance is scheduled"
     if group.held:
         return f"work held for fenced members {sorted(group.held)}"
+    return _each_item_once(sim, group, set(group.members), lambda w: _worker_problem(sim, group, w))
+
+
+def _each_item_once(
+    sim: Simulation, group: Group, members: set[str], worker_problem: Callable[[SimWorker], str | None]
+) -> str | None:
+    """Every live worker converged (`worker_problem` None), every item of the group running on
+    exactly one, and every member a live worker's."""
     union = EMPTY
     total = 0
     for w in sim.workers:
         if not w.up:
             continue
-        problem = _worker_problem(sim, group, w)
+        problem = worker_problem(w)
         if problem is not None:
             return problem
         union = union | w.active
@@ -138,10 +219,37 @@ def convergence_problem(sim: Simulation) -> str | None:
     # No membership change is still to come: every member is a live worker (a member left by
     # a dead incarnation, or revived by its late requests, expires later and moves work around).
     live = {w.member_id for w in sim.workers if w.up}
-    ghosts = sorted(set(group.members) - live)
+    ghosts = sorted(members - live)
     if ghosts:
         return f"members {ghosts} are no live worker's (they will expire)"
     return None
+
+
+def _classic_problem(sim: Simulation, group: Group) -> str | None:
+    """Why a classic group is not converged: Stable, every live worker Stable in its generation with
+    nothing to start, stop or rejoin for, every item running on exactly one, every member a live worker."""
+    classic = group.classic
+    if classic is None:
+        return "the group is not classic"
+    if classic.state != ClassicGroupState.STABLE:
+        return f"classic group {classic.state} (generation {classic.generation})"
+
+    def worker_problem(w: SimWorker) -> str | None:
+        m = w.member
+        assert isinstance(m, ClassicMember) and classic is not None
+        if w.leaving or m.state != ClassicState.STABLE:
+            return f"{w.name} is {'leaving' if w.leaving else m.state}"
+        if m.effect_outstanding is not None or m.running != m.assigned or w.active != m.running:
+            return f"{w.name} runs {w.active}, assigned {m.assigned}"
+        if m.generation != classic.generation or m.member_id not in classic.members:
+            return f"{w.name} ({m.member_id}) is in generation {m.generation}, the group in {classic.generation}"
+        if m._rejoin_wanted or m._rejoin_at is not None:
+            return f"{w.name} will rejoin"
+        if m._alive_ms is None or m._alive_ms < sim.scenario.fault_window_ms:
+            return f"{w.name} has heard nothing from the coordinator since the faults stopped"
+        return None
+
+    return _each_item_once(sim, group, set(classic.members), worker_problem)
 
 
 def _worker_problem(sim: Simulation, group: Group, w: SimWorker) -> str | None:

@@ -22,12 +22,14 @@ from dataclasses import asdict, replace
 from simulator import storage
 from simulator.engine import RunResult, run_scenario
 from simulator.planted import PLANTS, planted
-from simulator.scenario import DEFAULT_STEPS, Scenario, generate
+from simulator.scenario import CLASSIC_SHARE, DEFAULT_STEPS, PROTOCOLS, Scenario, generate
 from simulator.shrink import shrink
 
 
-def _scenario(seed: int, steps: int, unordered: bool, duplicate_joins: bool = False) -> Scenario:
-    s = generate(seed, steps)
+def _scenario(
+    seed: int, steps: int, unordered: bool, duplicate_joins: bool = False, protocol: str | None = None
+) -> Scenario:
+    s = generate(seed, steps, protocol)
     if unordered or duplicate_joins:
         s = replace(s, net=replace(s.net, unordered_requests=unordered, duplicate_joins=duplicate_joins))
     return s
@@ -41,6 +43,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --unordered-requests"
     if args.duplicate_joins:
         extra += " --duplicate-joins"
+    if getattr(args, "protocol", None):
+        extra += f" --protocol {args.protocol}"
     return f"python -m simulator replay --seed {seed}{extra}"
 
 
@@ -72,7 +76,7 @@ def report_failure(result: RunResult, args: argparse.Namespace, out: list[str]) 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins)
+    scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol)
     started = time.monotonic()
     result = run_scenario(scenario, keep_trace=True)
     print(
@@ -93,7 +97,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.repro:
         scenario = args.scenario
     elif args.seed is not None:
-        scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins)
+        scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol)
     else:
         print("replay needs --seed or --repro", file=sys.stderr)
         return 2
@@ -111,10 +115,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 SoakResult = tuple[int, int, str | None, str | None, dict[str, int]]
 
 
-def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...]]) -> SoakResult:
-    seed, steps, unordered, duplicate_joins, plants = job
+def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...], str | None]) -> SoakResult:
+    seed, steps, unordered, duplicate_joins, plants, protocol = job
     with planted(plants):
-        result = run_scenario(_scenario(seed, steps, unordered, duplicate_joins))
+        result = run_scenario(_scenario(seed, steps, unordered, duplicate_joins, protocol))
     v = result.violation
     counts = {k: val for k, val in asdict(result.stats).items() if isinstance(val, int) and k != "converged_ms"}
     counts["bad_requests_checked"] = sum(result.stats.bad_checked.values())
@@ -123,9 +127,9 @@ def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...]]) -> SoakResult:
     return seed, result.steps, (v.invariant if v else None), (str(v) if v else None), counts
 
 
-def _jobs(args: argparse.Namespace) -> Iterator[tuple[int, int, bool, bool, tuple[str, ...]]]:
+def _jobs(args: argparse.Namespace) -> Iterator[tuple[int, int, bool, bool, tuple[str, ...], str | None]]:
     for seed in range(args.start_seed, args.start_seed + args.scenarios):
-        yield seed, args.steps, args.unordered_requests, args.duplicate_joins, tuple(args.plant or ())
+        yield seed, args.steps, args.unordered_requests, args.duplicate_joins, tuple(args.plant or ()), args.protocol
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
@@ -181,7 +185,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
     seed = min(s for s, _ in failures)
     with planted(tuple(args.plant or ())):
         result = run_scenario(
-            _scenario(seed, args.steps, args.unordered_requests, args.duplicate_joins), keep_trace=True
+            _scenario(seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol),
+            keep_trace=True,
         )
         out: list[str] = []
         if result.violation is not None:
@@ -212,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--duplicate-joins",
             action="store_true",
             help="duplicate joins too (a join under a server-generated id is not idempotent)",
+        )
+        p.add_argument(
+            "--protocol",
+            choices=PROTOCOLS,
+            help="the group's protocol in every scenario (default: each seed picks; "
+            f"{int(CLASSIC_SHARE * 100)}%% of seeds run a classic group)",
         )
         p.add_argument("--no-shrink", action="store_true", help="print the failing seed without shrinking it")
         p.add_argument("--shrink-runs", type=int, default=300, help="at most this many runs to shrink a failure")

@@ -47,6 +47,7 @@ from simulator.base import (
     convergence_bound_ms,
     server_config,
 )
+from simulator.classic import ClassicWorker
 from simulator.network import Network
 from simulator.node import CoordinatorNode
 from simulator.scenario import (
@@ -97,6 +98,14 @@ class Simulation:
         # Half of the seeds run with push streams (SPEC §11): decided apart from the scenario's own
         # draws, so a scenario is the same with or without them.
         self.push = random.Random(f"{scenario.seed}/push").random() < 0.5
+        if scenario.classic:
+            self.push = False  # classic members have no push stream
+            self.stats.classic_runs = 1
+        # The highest classic generation stored, per group: stored generations never go back.
+        self.generations: dict[str, int] = {}
+        # Classic workers running work under a member id the coordinator no longer has, since when
+        # (by (worker, incarnation)): see checkers._check_classic_workers.
+        self.zombies: dict[tuple[int, int], int] = {}
         # Some seeds run 2-3 coordinator replicas over one database (SPEC §10), with their own faults
         # (pauses past the lease, graceful stops): also decided apart from the scenario's draws.
         replica_rng = random.Random(f"{scenario.seed}/replicas")
@@ -116,7 +125,8 @@ class Simulation:
         if self.replicated:
             self.stats.replica_runs = 1
         self.net = Network(self)
-        self.workers = [SimWorker(self, i) for i in range(len(scenario.workers))]
+        worker = ClassicWorker if scenario.classic else SimWorker
+        self.workers: list[SimWorker] = [worker(self, i) for i in range(len(scenario.workers))]
 
     # -- plumbing
 
@@ -146,6 +156,14 @@ class Simulation:
                         self.trace(f"{w.name} follows the coordinator to {owner}")
                     w.coord = i
             return
+
+    def classic_generation(self, group_id: str, generation: int) -> None:
+        """A classic group's generation was stored: it never goes back (across crashes too)."""
+        before = self.generations.get(group_id, 0)
+        if generation < before:
+            raise Violation("b-generations", f"group {group_id} stored generation {generation} after {before}")
+        self.generations[group_id] = generation
+        self.stats.generation = max(self.stats.generation, generation)
 
     def new_member_id(self) -> str:
         self._member_ids += 1

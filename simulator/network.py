@@ -11,9 +11,10 @@ if TYPE_CHECKING:
 import random
 from typing import Any
 
-from connect.coordinator.v1 import coordinator_pb2
+from connect.coordinator.v1 import admin_pb2, classic_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
+from simulator import classic
 
 # ---- the network ----------------------------------------------------------------------------------
 
@@ -113,12 +114,15 @@ class Network:
             sim.trace(f"{w.name} -> C {desc}: loading")
             self.respond(w, incarnation, kind, seq, _load_in_progress(kind), now)
             return True
-        refused = node.refusal(body.group_id, now)
+        refused = node.refusal(_group_of(body), now)
         if refused is not None:  # the group is not served by this replica (SPEC §10)
             sim.trace(f"{w.name} -> {node.replica_id} {desc}: {ErrorCode.Name(refused[0])}")
             self.respond(w, incarnation, kind, seq, _refusal(kind, *refused), now)
             return True
         sim.trace(f"{w.name} -> C {desc}")
+        if classic.is_classic(kind):
+            node.classic_call(w, incarnation, kind, seq, body, now)
+            return True
         method = {"heartbeat": "heartbeat", "prepare": "prepare_assignment", "install": "install_assignment"}[kind]
         node.execute(
             lambda core, t: getattr(core, method)(body, t),
@@ -146,6 +150,14 @@ class Network:
         w.on_failure(kind, seq, now, "connection refused")
         return True
 
+    def broken(self, w: SimWorker, incarnation: int, kind: str, seq: int, now: int) -> bool:
+        """The connection a call waited on broke (the coordinator process died): the call fails."""
+        if not w.up or w.incarnation != incarnation or w.member is None:
+            return False
+        self.sim.trace(f"{w.name}: {kind} failed (connection reset)")
+        w.on_failure(kind, seq, now, "connection reset")
+        return True
+
     def respond(self, w: SimWorker, incarnation: int, kind: str, seq: int, response: Any, now: int) -> None:
         for delay in self._delays(now, self.spec.loss_response, f"C -> {w.name} {kind} response"):
             self.sim.schedule(now + delay, self._at_worker, w, incarnation, kind, seq, response)
@@ -158,7 +170,7 @@ class Network:
             self.sim.trace(f"C -> {w.name} {kind} response: dropped (partitioned)")
             return True
         self.sim.trace(f"C -> {w.name} {_describe_response(kind, response)}")
-        if response.error_code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        if _error_code(response) in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             self.sim.refind(w, now)  # the group is elsewhere: the SDK looks it up again
         w.on_response(kind, seq, response, now)
         if self.sim.push:
@@ -209,8 +221,34 @@ def _load_in_progress(kind: str) -> Any:
     return _refusal(kind, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "loading")
 
 
+def _group_of(body: Any) -> str:
+    """The group a request is for (a DescribeGroups names it in a list)."""
+    return body.group_ids[0] if isinstance(body, admin_pb2.DescribeGroupsRequest) else body.group_id
+
+
+def _error_code(response: Any) -> int:
+    if isinstance(response, admin_pb2.DescribeGroupsResponse):
+        return response.groups[0].error_code if response.groups else ErrorCode.NONE
+    return int(response.error_code)
+
+
+# The response type of each classic request (their refusals are in band, as the server's).
+_CLASSIC_RESPONSES: dict[str, Any] = {
+    classic.JOIN: classic_pb2.JoinGroupResponse,
+    classic.SYNC: classic_pb2.SyncGroupResponse,
+    classic.HEARTBEAT: classic_pb2.HeartbeatResponse,
+    classic.LEAVE: classic_pb2.LeaveGroupResponse,
+}
+
+
 def _refusal(kind: str, code: int, msg: str) -> Any:
     response: Any
+    if kind == classic.CONFIG:
+        out = admin_pb2.DescribeGroupsResponse()
+        out.groups.add(group_id=classic.GROUP, error_code=code, error_message=msg)
+        return out
+    if kind in _CLASSIC_RESPONSES:
+        return _CLASSIC_RESPONSES[kind](error_code=code, error_message=msg)
     if kind == "heartbeat":
         response = coordinator_pb2.ConnectGroupHeartbeatResponse()
     elif kind == "prepare":
@@ -226,7 +264,37 @@ def _items(msg: Any) -> str:
     return str(Items.from_proto(msg))
 
 
+def _describe_classic_request(kind: str, body: Any) -> str:
+    if kind == classic.CONFIG:
+        return "describe (config)"
+    if kind == classic.JOIN:
+        return f"JoinGroup {body.member_id or '(new)'} [{','.join(p.name for p in body.protocols)}]"
+    if kind == classic.SYNC:
+        assigns = f" with {len(body.assignments)} assignments" if body.assignments else ""
+        return f"SyncGroup {body.member_id}@{body.generation_id}{assigns}"
+    if kind == classic.HEARTBEAT:
+        return f"Heartbeat {body.member_id}@{body.generation_id}"
+    return f"LeaveGroup {','.join(body.member_ids)}"
+
+
+def _describe_classic_response(kind: str, r: Any) -> str:
+    code = _error_code(r)
+    name = ErrorCode.Name(code) if code in ErrorCode.values() else str(code)
+    if kind == classic.CONFIG:
+        g = r.groups[0] if r.groups else None
+        config = f" offset {g.config_offset} {[(c.name, c.task_count) for c in g.connectors]}" if g else ""
+        return f"describe response {name}{config}"
+    if kind == classic.JOIN:
+        lead = f" leader {r.leader} ({len(r.members)} members)" if r.leader else ""
+        return f"JoinGroup response {name} {r.member_id}@{r.generation_id} {r.protocol_name}{lead}"
+    if kind == classic.SYNC:
+        return f"SyncGroup response {name} ({len(r.assignment)} bytes)"
+    return f"{kind[len(classic.PREFIX) :]} response {name}"
+
+
 def _describe_request(kind: str, body: Any) -> str:
+    if classic.is_classic(kind):
+        return _describe_classic_request(kind, body)
     if kind == "heartbeat":
         owned = f" owned {_items(body.owned)}" if body.HasField("owned") else ""
         return f"heartbeat {body.member_id or '(new)'}@{body.member_epoch}{owned}"
@@ -236,6 +304,8 @@ def _describe_request(kind: str, body: Any) -> str:
 
 
 def _describe_response(kind: str, r: Any) -> str:
+    if classic.is_classic(kind):
+        return _describe_classic_response(kind, r)
     code = ErrorCode.Name(r.error_code) if r.error_code in ErrorCode.values() else str(r.error_code)
     if kind == "heartbeat":
         a = (

@@ -19,13 +19,21 @@ from collections.abc import Callable
 from typing import Any
 
 import services.assignor
-from connect.coordinator.v1 import assignor_pb2
+from connect.coordinator.v1 import assignor_pb2, classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core.assignment import send_items_once
 from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.core.records import MemberMetadata, RebalanceEvent, Record
+from services.coordinator.core.handler import ClassicWait
+from services.coordinator.core.records import (
+    ClassicGroupMetadata,
+    GroupMetadata,
+    MemberMetadata,
+    RebalanceEvent,
+    Record,
+)
 from services.coordinator.core.state import CoordinatorState, InvariantViolation
 from services.storage import Storage
+from simulator import classic
 
 # ---- the coordinator node ------------------------------------------------------------------------
 
@@ -70,6 +78,9 @@ class CoordinatorNode:
         self.timer_gen = 0
         self.timer_at: int | None = None
         self.assignor_faults: list[str] = []
+        # Classic JoinGroup / SyncGroup calls parked in this process (SPEC §12), by (group, token):
+        # (worker, its incarnation, request kind, request seq). They die with the process.
+        self.parked: dict[tuple[str, int], tuple[Any, int, str, int]] = {}
         self.service_assignors = (
             {a.name: (a.minimum_version, a.maximum_version) for a in services.assignor.list_assignors()}
             if sim.scenario.service
@@ -193,6 +204,7 @@ class CoordinatorNode:
         by_group: dict[str, list[Record]] = {gid: [] for gid in ids}
         for r in records:
             by_group[r.group_id].append(r)
+        self._fail_parked(set(by_group), now)
         self.machine.reload_groups(by_group, now)
         self._store_all()
         self.sim.stats.takeovers += len(ready)
@@ -233,6 +245,7 @@ class CoordinatorNode:
             return
         gids = self.table.groups_of(partitions, list(self.core.state.groups))
         if gids:
+            self._fail_parked(set(gids), now)
             self.machine.reload_groups({gid: [] for gid in gids}, now)
 
     def _drop_unserved(self, group_ids: set[str]) -> None:
@@ -243,6 +256,7 @@ class CoordinatorNode:
         keep = {g for g in group_ids if table is None or table.serving(table.partition(g), self.local_ms(now))}
         loaded = {g: self.storage.load(g) for g in sorted(keep)}
         loaded.update({g: [] for g in sorted(group_ids - keep)})
+        self._fail_parked(set(group_ids), now)
         self.machine.reload_groups(loaded, now)
 
     def refusal(self, group_id: str, now: int) -> tuple[int, str] | None:
@@ -298,6 +312,7 @@ class CoordinatorNode:
         self.crash_phase = None
         self.incarnation += 1  # in-flight assignor calls and timers die with the process
         self.timer_at = None
+        self._fail_parked(None, now, crashed=True)
         self.sim.stats.coordinator_crashes += 1
         self.sim.trace(f"coordinator{self._tag()} CRASH ({why}); restarts in {self.downtime_ms} ms")
         self.sim.schedule(now + self.downtime_ms, self._restart, self.incarnation)
@@ -315,6 +330,10 @@ class CoordinatorNode:
         stats = self.sim.stats
         for r in records:
             self.shadow.replay(r)
+            if isinstance(r, ClassicGroupMetadata) and r.value is not None:
+                self.sim.classic_generation(r.group_id, r.value.generation)
+            elif isinstance(r, GroupMetadata) and r.value is None:
+                self.sim.generations.pop(r.group_id, None)  # deleted (empty): a new group starts again
             if isinstance(r, MemberMetadata) and r.value is not None:
                 self.committed_members.add(r.member_id)
             elif isinstance(r, RebalanceEvent):
@@ -389,7 +408,12 @@ class CoordinatorNode:
         if reply is not None:
             if ticket.error is not None:
                 reply(_error_response(ticket.response, ErrorCode.COORDINATOR_NOT_AVAILABLE, str(ticket.error)))
-            elif is_request and self.table is not None and not self.table.serves(GROUP, self.local_ms(now)):
+            elif (
+                is_request
+                and self.table is not None
+                and not self.table.serves(GROUP, self.local_ms(now))
+                and not isinstance(ticket.response, ClassicWait)  # parked: answered (or failed) later
+            ):
                 # As the runtime does just before an answer leaves: the lease ran out meanwhile.
                 reply(_error_response(ticket.response, ErrorCode.COORDINATOR_NOT_AVAILABLE, "lease lost"))
             else:
@@ -442,6 +466,7 @@ class CoordinatorNode:
         machine = self.machine
         assert machine is not None
         machine.take_resolved()
+        self._release_answers(now)
         for nudge in machine.take_nudges():
             if self.sim.push:
                 self.sim.net.nudge(nudge.member_ids, nudge.reason, now)
@@ -463,6 +488,55 @@ class CoordinatorNode:
         self.sim.trace("coordinator timers")
         self.execute(lambda core, t: core.poll(t), now, None)
         return True
+
+    # -- classic groups (SPEC §12): calls parked until the machine releases their answer
+
+    def classic_call(self, w: Any, incarnation: int, kind: str, seq: int, body: Any, now: int) -> None:
+        """A classic worker's request: DescribeGroups is a read (everything is stored before the next
+        request arrives here); the others run through the machine, a JoinGroup / SyncGroup that must
+        wait is parked under its token."""
+        net = self.sim.net
+        if kind == classic.CONFIG:
+            assert self.core is not None
+            net.respond(w, incarnation, kind, seq, self.core.describe_groups(body), now)
+            return
+
+        def reply(response: Any) -> None:
+            if isinstance(response, ClassicWait):
+                self.parked[(response.group_id, response.token)] = (w, incarnation, kind, seq)
+                self.sim.stats.parked += 1
+                self.sim.trace(f"  {w.name}'s {response.kind} parked (token {response.token})")
+            else:
+                net.respond(w, incarnation, kind, seq, response, now)
+
+        method = classic.HANDLERS[kind]
+        self.execute(lambda core, t: getattr(core, method)(body, t), now, reply)
+
+    def _release_answers(self, now: int) -> None:
+        assert self.machine is not None
+        for answer in self.machine.take_answers():
+            target = self.parked.pop((answer.group_id, answer.token), None)
+            if target is None:
+                self.sim.trace(f"  answer to token {answer.token} ({answer.member_id}): nobody waits for it")
+                continue
+            w, incarnation, kind, seq = target
+            self.sim.trace(f"  {w.name}'s parked {kind[len(classic.PREFIX) :]} answered")
+            self.sim.net.respond(w, incarnation, kind, seq, answer.response, now)
+
+    def _fail_parked(self, group_ids: set[str] | None, now: int, crashed: bool = False) -> None:
+        """The core forgets who waits when it loads or reloads a group: the calls parked for it fail
+        (a crashed process's connections break; a reloaded group's calls are answered
+        COORDINATOR_NOT_AVAILABLE, as the runtime's `_fail_parked`)."""
+        for key in sorted(k for k in self.parked if group_ids is None or k[0] in group_ids):
+            w, incarnation, kind, seq = self.parked.pop(key)
+            self.sim.stats.parked_failed += 1
+            if crashed:
+                self.sim.schedule(now + 1, self.sim.net.broken, w, incarnation, kind, seq)
+            else:
+                response = _CLASSIC_ERRORS[kind](
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the group was reloaded: join again"
+                )
+                self.sim.net.respond(w, incarnation, kind, seq, response, now)
 
     # -- service mode: the assignor service
 
@@ -522,8 +596,16 @@ class CoordinatorNode:
         return True
 
 
+_CLASSIC_ERRORS: dict[str, Any] = {
+    classic.JOIN: classic_pb2.JoinGroupResponse,
+    classic.SYNC: classic_pb2.SyncGroupResponse,
+}
+
+
 def _error_response(response: Any, code: int, message: str) -> Any:
     """An in-band error of the same response type (what the server sends for NotAvailable)."""
+    if isinstance(response, ClassicWait):
+        return _CLASSIC_ERRORS[classic.PREFIX + response.kind](error_code=code, error_message=message)
     out = type(response)()
     out.error_code = code
     if "error_message" in out.DESCRIPTOR.fields_by_name:

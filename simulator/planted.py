@@ -97,12 +97,31 @@ def skip_fence() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def forget_classic_assignment() -> Iterator[None]:
+    """Classic groups (SPEC §12): a coordinator loading a classic group forgets its members' stored
+    assignments (as if the load dropped the column): a restarted coordinator answers a SyncGroup of
+    a Stable group with nothing, and describes members as running nothing. Planted where the core
+    re-arms a loaded classic group (`_classic_rearm`), so it happens on every load and reload."""
+    original: Callable[..., Any] = GroupCoordinator._classic_rearm
+
+    def _classic_rearm(self: GroupCoordinator, group: Any, now: int) -> None:
+        if group.classic is not None:
+            for member in group.classic.members.values():
+                member.value = replace(member.value, assignment=b"")
+        original(self, group, now)
+
+    with _patch(GroupCoordinator, "_classic_rearm", _classic_rearm):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
     "release-held-on-fence": release_held_on_fence,
     "respond-before-write": respond_before_write,
     "skip-fence": skip_fence,
+    "forget-classic-assignment": forget_classic_assignment,
 }
 
 

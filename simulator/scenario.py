@@ -14,6 +14,7 @@ import base64
 import json
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,6 +96,9 @@ class Scenario:
     net: NetSpec
     fault_window_ms: int
     events: tuple[Event, ...] = field(default_factory=tuple)
+    # "" for a `connect` group; else a classic group (SPEC §12) whose workers run `ClassicMember`
+    # with this connect.protocol: "eager", "compatible" or "sessioned".
+    classic: str = ""
 
     # ---- (de)serialization: a shrunk scenario replays from its token ------------------------
 
@@ -115,6 +119,7 @@ class Scenario:
             net=NetSpec(**d["net"]),
             fault_window_ms=int(d["fault_window_ms"]),
             events=tuple(Event(int(a), str(k), int(w), tuple(args)) for a, k, w, args in d["events"]),
+            classic=str(d.get("classic", "")),
         )
 
     def token(self) -> str:
@@ -127,8 +132,9 @@ class Scenario:
         return Scenario.from_json(json.loads(zlib.decompress(base64.urlsafe_b64decode(padded))))
 
     def describe(self) -> str:
+        kind = f"classic group ({self.classic})" if self.classic else ("service" if self.service else "client-side")
         lines = [
-            f"seed {self.seed}: {len(self.workers)} workers, {'service' if self.service else 'client-side'} mode, "
+            f"seed {self.seed}: {len(self.workers)} workers, {kind} mode, "
             f"session {self.session_timeout_ms} ms, heartbeat {self.heartbeat_interval_ms} ms, "
             f"scheduled delay {self.scheduled_delay_ms} ms, faults for {self.fault_window_ms} ms",
             f"  network: {self.net}",
@@ -185,8 +191,71 @@ def _rate(rng: random.Random, choices: tuple[float, ...]) -> float:
     return rng.choice(choices)
 
 
-def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
-    """A random scenario; `steps` sizes its fault phase (roughly that many simulation steps)."""
+def _net(rng: random.Random) -> NetSpec:
+    """The network's fault rates while faults are on."""
+    return NetSpec(
+        loss_request=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
+        loss_response=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
+        duplicate=_rate(rng, (0.0, 0.0, 0.03, 0.1)),
+        delay=_rate(rng, (0.0, 0.0, 0.05, 0.15)),
+        max_delay_ms=5_000,
+        refuse=0.5,
+    )
+
+
+def _window(steps: int, n_workers: int, interval: int) -> int:
+    """The fault window that makes roughly `steps` steps: every worker heartbeats (a request, a
+    response, a wake-up) per interval."""
+    per_second = max(1.0, n_workers * 2.5 * 1000 / interval)
+    return int(max(1_500, min(60_000, steps / per_second * 1000)))
+
+
+def _start(rng: random.Random, n_workers: int) -> tuple[list[Event], dict[str, int]]:
+    """The first events: 1-4 connectors put at 0, then every worker started within 400 ms."""
+    events: list[Event] = []
+    connectors: dict[str, int] = {}
+    for name in _CONNECTORS[: rng.randint(1, 4)]:
+        connectors[name] = rng.randint(0, 4)
+        events.append(Event(0, PUT_CONNECTOR, -1, (name, connectors[name])))
+    for i in range(n_workers):
+        events.append(Event(rng.randint(0, 400), WORKER_START, i))
+    return events, connectors
+
+
+# Protocols a scenario's group may use (`generate`'s `protocol`): None picks one from the seed.
+CONNECT = "connect"
+CLASSIC = "classic"
+PROTOCOLS = (CONNECT, CLASSIC)
+CLASSIC_MODES = ("eager", "compatible", "sessioned")
+# The share of seeds that run a classic group: decided by a generator of its own (seed/protocol), so a
+# seed that stays `connect` is exactly the scenario it was before classic groups existed.
+CLASSIC_SHARE = 0.3
+
+
+# The faults of a classic scenario: no assignor service, no group configs (a classic member brings its
+# own timeouts), no adversarial requests (simulator.adversarial speaks the `connect` protocol); REASON
+# is a worker asking for a rebalance (ClassicMember.request_rejoin).
+_CLASSIC_FAULTS = (
+    (WORKER_CRASH, 4),
+    (WORKER_STOP, 2),
+    (PARTITION, 3),
+    (COORD_CRASH, 4),
+    (SLOW_REVOKE, 2),
+    (REASON, 1),
+    (PUT_CONNECTOR, 3),
+    (DELETE_CONNECTOR, 1),
+)
+
+
+def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None) -> Scenario:
+    """A random scenario; `steps` sizes its fault phase (roughly that many simulation steps).
+    `protocol`: "connect", "classic", or None to let the seed choose (CLASSIC_SHARE of seeds are classic)."""
+    if protocol is None:
+        protocol = CLASSIC if random.Random(f"{seed}/protocol").random() < CLASSIC_SHARE else CONNECT
+    if protocol == CLASSIC:
+        return _generate_classic(seed, steps)
+    if protocol != CONNECT:
+        raise ValueError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     rng = random.Random(seed)
     n_workers = rng.choice((1, 2, 2, 3, 3, 3, 4, 4, 5))
     service = rng.random() < 0.5
@@ -204,47 +273,17 @@ def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
                 assignors=assignors,
             )
         )
-    net = NetSpec(
-        loss_request=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
-        loss_response=_rate(rng, (0.0, 0.0, 0.02, 0.08)),
-        duplicate=_rate(rng, (0.0, 0.0, 0.03, 0.1)),
-        delay=_rate(rng, (0.0, 0.0, 0.05, 0.15)),
-        max_delay_ms=5_000,
-        refuse=0.5,
-    )
-    # Steps per virtual second: every worker heartbeats (a request, a response, a wake-up).
-    per_second = max(1.0, n_workers * 2.5 * 1000 / interval)
-    window = int(max(1_500, min(60_000, steps / per_second * 1000)))
-
-    events: list[Event] = []
-    connectors: dict[str, int] = {}
-    for name in _CONNECTORS[: rng.randint(1, 4)]:
-        connectors[name] = rng.randint(0, 4)
-        events.append(Event(0, PUT_CONNECTOR, -1, (name, connectors[name])))
-    for i in range(n_workers):
-        events.append(Event(rng.randint(0, 400), WORKER_START, i))
+    net = _net(rng)
+    window = _window(steps, n_workers, interval)
+    events, connectors = _start(rng, n_workers)
 
     kinds = [
-        (WORKER_CRASH, 4),
-        (WORKER_STOP, 2),
-        (PARTITION, 3),
-        (COORD_CRASH, 4),
-        (SLOW_REVOKE, 2),
-        (REASON, 1),
-        (PUT_CONNECTOR, 3),
-        (DELETE_CONNECTOR, 1),
+        *_CLASSIC_FAULTS,
         (ALTER_CONFIG, 2),
         (BAD_REQUEST, 3),
         (ASSIGNOR_FAULT if service else SLOW_COMPUTE, 2),
     ]
-    names = [k for k, _ in kinds]
-    weights = [w for _, w in kinds]
-    n_faults = rng.randint(1, max(1, window // 600))
-    for _ in range(n_faults):
-        kind = rng.choices(names, weights)[0]
-        at = rng.randint(200, max(201, window - 1))
-        w = rng.randrange(n_workers)
-        events += _fault_events(rng, kind, at, w, workers[w], connectors, session, service)
+    events += _faults(rng, kinds, window, workers, connectors, session, service)
     events.sort(key=lambda e: e.at_ms)
     return Scenario(
         seed=seed,
@@ -257,6 +296,63 @@ def generate(seed: int, steps: int = DEFAULT_STEPS) -> Scenario:
         fault_window_ms=window,
         events=tuple(events),
     )
+
+
+def _generate_classic(seed: int, steps: int) -> Scenario:
+    """A classic group's scenario: Connect's classic workers (no static members: the classic
+    protocol here has no instance ids), every one in the same connect.protocol mode, chosen from the seed."""
+    rng = random.Random(f"{seed}/classic")
+    mode = rng.choice(CLASSIC_MODES)
+    n_workers = rng.choice((1, 2, 2, 3, 3, 3, 4, 4, 5))
+    session = rng.choice((3_000, 3_000, 4_000, 5_000))
+    interval = rng.choice((200, 300, 300, 400))
+    workers = tuple(
+        WorkerSpec(
+            static=False,
+            rebalance_timeout_ms=rng.choice((400, 800, 1_500, 3_000)),
+            safety_margin_ms=rng.choice((None, None, 1_200)),
+            assignors="default",
+        )
+        for _ in range(n_workers)
+    )
+    net = _net(rng)
+    window = _window(steps, n_workers, interval)
+    events, connectors = _start(rng, n_workers)
+    events += _faults(rng, _CLASSIC_FAULTS, window, workers, connectors, session, False)
+    events.sort(key=lambda e: e.at_ms)
+    return Scenario(
+        seed=seed,
+        workers=workers,
+        service=False,
+        session_timeout_ms=session,
+        heartbeat_interval_ms=interval,
+        scheduled_delay_ms=rng.choice((0, 500, 1_000)),
+        net=net,
+        fault_window_ms=window,
+        events=tuple(events),
+        classic=mode,
+    )
+
+
+def _faults(
+    rng: random.Random,
+    kinds: Sequence[tuple[str, int]],
+    window: int,
+    workers: Sequence[WorkerSpec],
+    connectors: dict[str, int],
+    session: int,
+    service: bool,
+) -> list[Event]:
+    """1 to one per 600 ms of the window faults, of `kinds` by weight, at random times after 200 ms."""
+    names = [k for k, _ in kinds]
+    weights = [w for _, w in kinds]
+    events: list[Event] = []
+    for _ in range(rng.randint(1, max(1, window // 600))):
+        kind = rng.choices(names, weights)[0]
+        at = rng.randint(200, max(201, window - 1))
+        w = rng.randrange(len(workers))
+        events += _fault_events(rng, kind, at, w, workers[w], connectors, session, service)
+    return events
 
 
 def _fault_events(

@@ -81,16 +81,23 @@ class SimWorker:
 
     # -- lifecycle
 
-    def start(self, now: int) -> None:
+    def new_incarnation(self) -> bool:
+        """A start: False if the process is up (still shutting down: it starts again once it has
+        exited); else a new incarnation, running nothing yet."""
         if self.up:
             if self.leaving:
-                self.restart_after_exit = True  # still shutting down: start again once it has exited
-            return
+                self.restart_after_exit = True
+            return False
         self.restart_after_exit = False
         self.departed = False
         self.incarnation += 1
         self.up, self.leaving = True, False
         self.active, self.effect, self.flow = EMPTY, None, None
+        return True
+
+    def start(self, now: int) -> None:
+        if not self.new_incarnation():
+            return
         config = MemberConfig(
             group_id=GROUP,
             assignors=self._assignors(),
@@ -168,6 +175,13 @@ class SimWorker:
                 self.sim.stats.safety_stops += 1
         if m.state == MemberState.FATAL:
             raise Violation("worker-fatal", f"{self.name} failed for good: {m.fatal_error}")
+        self.settle(now)
+
+    def settle(self, now: int) -> None:
+        """After driving the member: the process exits once it has left; else it sleeps until the
+        member's next wake-up."""
+        m = self.member
+        assert m is not None
         if self.leaving and m.closed:
             self.sim.trace(f"{self.name} left and exits")
             self.up, self.leaving, self.member, self.flow = False, False, None, None

@@ -17,12 +17,13 @@ from services.coordinator.core.coordinator import GroupCoordinator, Result
 from services.coordinator.core.records import GroupMetadata
 from simulator import adversarial
 from simulator.engine import run_scenario
-from simulator.scenario import BAD_REQUEST, Event, Scenario, generate
+from simulator.scenario import BAD_REQUEST, CONNECT, Event, Scenario, generate
 
 
 def with_bad_requests(seed: int, per_kind: int, kinds: tuple[str, ...] = adversarial.KINDS) -> Scenario:
-    """A generated scenario plus `per_kind` bad requests of every kind, spread over its fault window."""
-    s = generate(seed)
+    """A generated `connect` scenario plus `per_kind` bad requests of every kind, spread over its
+    fault window (the bad requests speak the `connect` protocol)."""
+    s = generate(seed, protocol=CONNECT)
     rng = random.Random(seed)
     extra = [
         Event(rng.randint(300, s.fault_window_ms - 1), BAD_REQUEST, -1, (kind, rng.randrange(2**31)))

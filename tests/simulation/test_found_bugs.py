@@ -12,7 +12,7 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
 from services.coordinator.core.records import MemberState as CoordMemberState
 from simulator.engine import run_scenario
-from simulator.scenario import DEFAULT_STEPS, generate
+from simulator.scenario import CONNECT, DEFAULT_STEPS, generate
 from tests.coordinator.harness import Context
 from tests.coordinator.harness import items as seed_items
 from tests.worker.helpers import items, response
@@ -178,7 +178,7 @@ def test_a_lost_response_heartbeat_does_not_acknowledge_a_revocation() -> None:
     ],
 )
 def test_the_seeds_that_found_them_now_hold(seed: int, steps: int) -> None:
-    result = run_scenario(generate(seed, steps))
+    result = run_scenario(generate(seed, steps, protocol=CONNECT))  # found before classic scenarios existed
     assert result.ok, result.violation
 
 

@@ -26,6 +26,8 @@ EXPECTED = {
     "respond-before-write": {"a-cross", "a-workers", "d-durability", "b-epochs"},
     # Replicas: a replica woken after its lease was taken over commits a write anyway.
     "skip-fence": {"e-fencing"},
+    # Classic groups: a loaded classic group's members lost their stored assignments.
+    "forget-classic-assignment": {"d-recovery"},
 }
 
 

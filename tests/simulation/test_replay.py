@@ -29,10 +29,13 @@ def test_replay_prints_the_whole_trace() -> None:
 
 
 def test_a_failing_seed_prints_a_shrunk_reproduction_that_replays_with_one_command() -> None:
-    out = sim("run", "--seed", "31", "--plant", "respond-before-write")
+    out = sim("run", "--seed", "31", "--protocol", "connect", "--plant", "respond-before-write")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FAILED seed 31" in out.stdout
-    assert "replay the original: python -m simulator replay --seed 31 --plant respond-before-write" in out.stdout
+    assert (
+        "replay the original: python -m simulator replay --seed 31 --plant respond-before-write --protocol connect"
+        in out.stdout
+    )
     assert "minimal reproduction:" in out.stdout
     violation = re.search(r"violation: (\[[a-z-]+\])", out.stdout)
     assert violation is not None
