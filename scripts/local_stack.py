@@ -5,6 +5,8 @@ two connectors, and a live view of the group. Ctrl-C stops everything cleanly.
     scripts/local_stack.py --scenario      # also play seed 001's case studies, with narration
     scripts/local_stack.py --duration 20   # stop by itself after 20 s (CI, demos)
     scripts/local_stack.py --no-view       # headless: no live view (tests, scripts)
+    scripts/local_stack.py --group-protocol classic [--connect-protocol eager|compatible|sessioned]
+                                           # the workers on Kafka's classic protocol (JoinGroup / SyncGroup)
 
 Every run starts clean: a fresh database (./data/coordinator.db is replaced at start), so nothing a
 previous run left behind (a static worker's held work, a connector put by hand) carries over. A
@@ -61,6 +63,18 @@ DEMO_SETTINGS = {
     "group.connect.heartbeat.interval.ms": "1000",
 }
 DEMO_DELAY_MS = 10_000
+# Classic workers (--group-protocol classic) bring their own timeouts (Connect's worker configs),
+# lowered as the demo's: session 6 s, heartbeat 1 s, delayed rebalance 10 s; the coordinator's first
+# rebalance of the empty group waits 1 s for more members (Kafka's group.initial.rebalance.delay.ms).
+CLASSIC_WORKER_FLAGS = (
+    "--session-timeout-ms",
+    "6000",
+    "--heartbeat-interval-ms",
+    "1000",
+    "--scheduled-rebalance-max-delay-ms",
+    str(DEMO_DELAY_MS),
+)
+CLASSIC_SETTINGS = {"group.classic.initial.rebalance.delay.ms": "1000"}
 BIN = Path(sys.executable).parent
 
 
@@ -179,14 +193,15 @@ def view_text(
     One row per worker the stack started (by its instance id) and per other member of the group (by
     its instance or client id): its URL and short member id (as `connect-groups describe` shows
     them), then what the coordinator says of it and what the worker says it runs. Fitted to `width`
-    columns (None: no limit): cells cut with '…', the worker's name and member id last."""
-    owner: dict[Any, str] = {}
-    doubles = []
-    for name, items in running.items():
-        for key in items.item_keys():
-            if key in owner:
-                doubles.append(f"{key} on {owner[key]} and {name}")
-            owner[key] = name
+    columns (None: no limit): cells cut with '…', the worker's name and member id last.
+
+    A classic group (SPEC §12) shows its type, generation, protocol and leader instead of epochs, and
+    per worker (by client id) its generation, state, what it says it runs and what the coordinator
+    reads in its last classic assignment."""
+    owner, doubles = twice(running)
+    if g.group_type == admin_views.CLASSIC:
+        lines = _classic_view(g, statuses, running, exits, workers, width)
+        return _view_end(lines, g, owner, doubles, narration, width), not doubles
     head = [
         f"group {g.group_id}: {g.group_state}",
         f"group epoch {g.group_epoch}",
@@ -198,33 +213,119 @@ def view_text(
         f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}", width
     )
     ours = {*workers, *statuses, *running, *exits}
+    rows = _rows(g, ours, running, exits, lambda m: m.instance_id, lambda m: Items.from_proto(m.pending))
+    lines += ["", admin_views.table(rows, VIEW_COLUMNS, width, keep=(0, 2))]
+    why = worker_reasons(g, statuses, now_ms) + exit_reasons(exits)
+    if why:
+        lines += ["", "WHY", *(x for line in why for x in admin_views.wrap(line, width))]
+    return _view_end(lines, g, owner, doubles, narration, width), not doubles
+
+
+def _view_end(
+    lines: list[str],
+    g: admin_pb2.DescribedGroup,
+    owner: dict[Any, str],
+    doubles: list[str],
+    narration: list[str],
+    width: int | None,
+) -> str:
+    """The view's last lines: the "none twice" check, then the narration."""
+    lines.append("")
+    lines += admin_views.wrap(check_line(g, owner, doubles), width)
+    if narration:
+        lines += ["", "SCENARIO", *narration]
+    return "\n".join(lines)
+
+
+CLASSIC_VIEW_COLUMNS = ("WORKER", "URL", "MEMBER", "GENERATION", "STATE", "RUNNING (worker says)", "ASSIGNED")
+# What a classic group's rebalance waits for (its WHY line).
+CLASSIC_WAITS = {
+    "PreparingRebalance": "rebalancing: members rejoin at their next heartbeat (JoinGroup); the join phase "
+    "ends once all rejoined, or at the rebalance timeout",
+    "CompletingRebalance": "waiting for the leader's assignment (SyncGroup)",
+}
+
+
+def _classic_view(
+    g: admin_pb2.DescribedGroup,
+    statuses: dict[str, dict[str, Any]],
+    running: dict[str, Items],
+    exits: dict[str, tuple[int, Path]],
+    workers: Iterable[str],
+    width: int | None,
+) -> list[str]:
+    """A classic group's part of the live view: the group line, then one row per worker the stack
+    started and per other member (named by client id), then WHY."""
+    names = admin_views.MemberNames(g.members)
+    head = [
+        f"group {g.group_id}: {g.group_state}",
+        "type classic",
+        f"generation {g.generation_id}",
+        f"protocol {g.protocol_name or '-'}",
+        f"leader {names(g.leader_id)}",
+    ]
+    lines = pack(head, width)
+    lines += admin_views.wrap(
+        f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}", width
+    )
+    ours = {*workers, *statuses, *running, *exits}
+    rows = _rows(g, ours, running, exits, admin_views.member_name, lambda m: Items.from_proto(m.assignment))
+    lines += ["", admin_views.table(rows, CLASSIC_VIEW_COLUMNS, width, keep=(0, 2))]
+    why = [f"  group: {CLASSIC_WAITS[g.group_state]}"] if g.group_state in CLASSIC_WAITS else []
+    for worker in sorted(statuses):
+        error = statuses[worker].get("last_error") or {}
+        if error.get("code"):
+            why.append(f"  {worker}: last call failed: {error['code']} {error.get('message', '')}".rstrip())
+    why += exit_reasons(exits)
+    if why:
+        lines += ["", "WHY", *(x for line in why for x in admin_views.wrap(line, width))]
+    return lines
+
+
+def _rows(
+    g: admin_pb2.DescribedGroup,
+    ours: set[str],
+    running: dict[str, Items],
+    exits: dict[str, tuple[int, Path]],
+    name_of: Callable[[admin_pb2.DescribedMember], str],
+    last: Callable[[admin_pb2.DescribedMember], Any],
+) -> list[tuple[Any, ...]]:
+    """One row per worker the stack started (found among the members by `name_of`: instance id, or
+    client id for a classic group) and per other member; `last` is the last column (pending, or a
+    classic member's assignment)."""
     rows = []
-    by_instance = {m.instance_id: m for m in g.members if m.instance_id}
+    by_name = {name_of(m): m for m in g.members if name_of(m)}
     for name in sorted(ours):
-        m = by_instance.get(name)
+        m = by_name.get(name)
         runs = str(running[name]) if name in running else "(not running)"
         if m is None:
             # Not (or no longer) in the group: its process ended (WHY says how), or it is joining.
             rows.append((name, "-", "-", "-", "(exited)" if name in exits else "(joining)", runs, "-"))
         else:
-            rows.append(_member_row(m, runs))
-    others = [m for m in g.members if m.instance_id not in ours]
+            rows.append(_member_row(m, runs, last(m)))
+    others = [m for m in g.members if name_of(m) not in ours]
     for m in sorted(others, key=lambda m: (admin_views.member_name(m), m.member_id)):
-        rows.append(_member_row(m, "(not started by the stack)"))
-    lines += ["", admin_views.table(rows, VIEW_COLUMNS, width, keep=(0, 2))]
-    why = worker_reasons(g, statuses, now_ms) + exit_reasons(exits)
-    if why:
-        lines += ["", "WHY", *(x for line in why for x in admin_views.wrap(line, width))]
-    lines.append("")
-    lines += admin_views.wrap(
-        "!! RUNS TWICE: " + "; ".join(doubles)
-        if doubles
-        else f"ok: {len(owner)}/{group_total(g)} connectors and tasks running, none twice",
-        width,
-    )
-    if narration:
-        lines += ["", "SCENARIO", *narration]
-    return "\n".join(lines), not doubles
+        rows.append(_member_row(m, "(not started by the stack)", last(m)))
+    return rows
+
+
+def twice(running: dict[str, Items]) -> tuple[dict[Any, str], list[str]]:
+    """Who runs each item (by what the workers say), and every item that two of them run."""
+    owner: dict[Any, str] = {}
+    doubles = []
+    for name, items in running.items():
+        for key in items.item_keys():
+            if key in owner:
+                doubles.append(f"{key} on {owner[key]} and {name}")
+            owner[key] = name
+    return owner, doubles
+
+
+def check_line(g: admin_pb2.DescribedGroup, owner: dict[Any, str], doubles: list[str]) -> str:
+    """The "none twice" check: what runs against what the group has, or what runs twice."""
+    if doubles:
+        return "!! RUNS TWICE: " + "; ".join(doubles)
+    return f"ok: {len(owner)}/{group_total(g)} connectors and tasks running, none twice"
 
 
 def pack(parts: list[str], width: int | None, sep: str = "   ") -> list[str]:
@@ -239,7 +340,7 @@ def pack(parts: list[str], width: int | None, sep: str = "   ") -> list[str]:
     return lines
 
 
-def _member_row(m: admin_pb2.DescribedMember, runs: str) -> tuple[Any, ...]:
+def _member_row(m: admin_pb2.DescribedMember, runs: str, last: Any) -> tuple[Any, ...]:
     return (
         admin_views.member_name(m) or "-",
         m.url or "-",
@@ -247,7 +348,7 @@ def _member_row(m: admin_pb2.DescribedMember, runs: str) -> tuple[Any, ...]:
         m.member_epoch,
         m.member_state,
         runs,
-        Items.from_proto(m.pending),
+        last,
     )
 
 
@@ -425,7 +526,8 @@ class Stack:
             "--assignor-address",
             self.assignor.address,
         ]
-        for k, v in DEMO_SETTINGS.items():
+        settings = {**DEMO_SETTINGS, **(CLASSIC_SETTINGS if a.group_protocol == "classic" else {})}
+        for k, v in settings.items():
             cmd += ["--set", f"{k}={v}"]
         self.coordinator = self._spawn("coordinator", cmd, "listening on")
         self.channel = grpc.insecure_channel(self.coordinator.address)
@@ -460,25 +562,33 @@ class Stack:
         return proc
 
     def start_worker(self, name: str) -> Proc:
-        proc = self._spawn(
-            name,
-            [
-                str(BIN / "connect-worker"),
-                "--coordinator",
-                self.coordinator.address,
-                "--group",
-                GROUP,
-                "--instance-id",
+        cmd = [
+            str(BIN / "connect-worker"),
+            "--coordinator",
+            self.coordinator.address,
+            "--group",
+            GROUP,
+            "--url",
+            f"http://{name}:8083",
+            "--status-file",
+            str(self.run_dir / f"{name}.json"),
+            "--stop-delay-ms",
+            "200",
+        ]
+        if self.args.group_protocol == "classic":
+            # No static membership in the classic protocol: the worker is known by its client id.
+            cmd += [
+                "--client-id",
                 name,
-                "--url",
-                f"http://{name}:8083",
-                "--status-file",
-                str(self.run_dir / f"{name}.json"),
-                "--stop-delay-ms",
-                "200",
-            ],
-            None,
-        )
+                "--group-protocol",
+                "classic",
+                "--connect-protocol",
+                self.args.connect_protocol,
+            ]
+            cmd += CLASSIC_WORKER_FLAGS
+        else:
+            cmd += ["--instance-id", name]
+        proc = self._spawn(name, cmd, None)
         self.workers[name] = proc
         return proc
 
@@ -614,7 +724,30 @@ def main() -> int:
     ap.add_argument("--metrics-port", type=int, default=9470)
     ap.add_argument("--no-clear", action="store_true", help="do not clear the screen between views")
     ap.add_argument("--no-view", action="store_true", help="headless: no live view (the scenario's narration still)")
+    ap.add_argument(
+        "--group-protocol",
+        choices=("connect", "classic"),
+        default="connect",
+        help="the workers' rebalance protocol: connect (default) or Kafka's classic JoinGroup / SyncGroup",
+    )
+    ap.add_argument(
+        "--connect-protocol",
+        choices=("eager", "compatible", "sessioned"),
+        default=None,
+        help="with --group-protocol classic: Connect's connect.protocol (default sessioned)",
+    )
     args = ap.parse_args()
+    if args.connect_protocol is not None and args.group_protocol != "classic":
+        print("local stack: --connect-protocol: only with --group-protocol classic", file=sys.stderr)
+        return 2
+    args.connect_protocol = args.connect_protocol or "sessioned"
+    if args.scenario and args.group_protocol == "classic":
+        print(
+            "local stack: --scenario is connect-only (it narrates static members and the coordinator's "
+            "assignor); run it without --group-protocol classic",
+            file=sys.stderr,
+        )
+        return 2
 
     try:
         check_ports(args)
@@ -648,6 +781,14 @@ def main() -> int:
             while args.duration is None or time.monotonic() - started < args.duration:
                 ok = stack.show("live view (Ctrl-C stops everything; a fresh database each run)") and ok
                 stack.pause(1.0)
+        if args.no_view and args.duration is not None and not stack.stopping:
+            # Headless, at the end of its run: the view's "none twice" check, one line.
+            try:
+                owner, doubles = twice(stack.running())
+                print(check_line(stack.describe(), owner, doubles), flush=True)
+                ok = ok and not doubles
+            except grpc.RpcError as e:
+                print(f"(coordinator not reachable: {e.code().name})", flush=True)  # type: ignore[attr-defined]
     finally:
         print("stopping: workers leave the group, then the assignor and the coordinator shut down", flush=True)
         stack.stop()

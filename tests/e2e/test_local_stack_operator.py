@@ -4,6 +4,7 @@ run starts clean whatever the previous one left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -170,3 +171,66 @@ def test_ctrl_c_during_the_scenario_stops_the_stack_at_once(tmp_path: Path) -> N
     assert "stopping: workers leave the group" in rest, rest[-3000:]
     assert ">>> A worker dies" not in rest, rest[-3000:]  # the scenario went no further
     assert took < 8, f"took {took:.1f} s to stop"
+
+
+# ---- the classic protocol (make up ARGS='--group-protocol classic') ---------------------------------
+
+
+def test_the_stack_runs_on_the_classic_protocol_headless(tmp_path: Path) -> None:
+    """The workers are `connect-worker --group-protocol classic` processes (JoinGroup / SyncGroup,
+    a worker leader assigning); headless, the run ends with the view's "none twice" check."""
+    out = subprocess.run(
+        [*stack_command(tmp_path), "--no-view", "--duration", "15", "--group-protocol", "classic"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "ok: 8/8 connectors and tasks running, none twice" in out.stdout, out.stdout[-3000:]
+    assert "MEMBER" not in out.stdout, out.stdout[-3000:]  # headless: no view
+    log = (tmp_path / "stack" / "worker-1.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    status = json.loads((tmp_path / "stack" / "worker-1.json").read_text())
+    assert status["group_protocol"] == "classic", status
+
+
+def test_the_scenario_is_connect_only_and_says_so(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*stack_command(tmp_path), "--scenario", "--group-protocol", "classic"], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "--scenario is connect-only" in out.stderr, out.stderr
+    assert not (tmp_path / "coordinator.db").exists(), "nothing was started"
+    wrong = subprocess.run([*stack_command(tmp_path), "--connect-protocol", "eager"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "--connect-protocol: only with --group-protocol classic" in wrong.stderr
+
+
+def test_the_live_view_of_a_classic_group() -> None:
+    """Type, generation, protocol and leader; a row per worker by client id with its generation, what
+    it says it runs and what the coordinator reads in its assignment; the same "none twice" check."""
+    ls = local_stack()
+    g = admin_pb2.DescribedGroup(
+        group_id="connect-demo",
+        group_type="classic",
+        group_state="CompletingRebalance",
+        generation_id=5,
+        protocol_name="sessioned",
+        leader_id="m-1-aaaaaaaaaaaa",
+    )
+    g.connectors.add(name="orders-sink", task_count=1)
+    one, two = Items.of(["orders-sink"]), Items.of([], [("orders-sink", 0)])
+    for i, items in ((1, one), (2, two)):
+        m = g.members.add(member_id=f"m-{i}-aaaaaaaaaaaa", client_id=f"worker-{i}", url=f"http://worker-{i}:8083")
+        m.member_epoch, m.member_state = 5, "Stable"
+        m.assignment.CopyFrom(items.to_proto())
+    text, ok = ls.view_text(g, {}, {"worker-1": one, "worker-2": two}, {}, [], now_ms=0, workers=["worker-1"])
+    assert ok, text
+    head = text.splitlines()[0]
+    for part in ("CompletingRebalance", "type classic", "generation 5", "protocol sessioned", "leader worker-1"):
+        assert part in head, text
+    assert "GENERATION" in text and "RUNNING (worker says)" in text and "ASSIGNED" in text, text
+    assert "waiting for the leader's assignment (SyncGroup)" in text, text
+    assert "ok: 2/2 connectors and tasks running, none twice" in text, text
+    text, ok = ls.view_text(g, {}, {"worker-1": one, "worker-2": one}, {}, [], now_ms=0)
+    assert not ok and "!! RUNS TWICE: orders-sink on worker-1 and worker-2" in text, text
