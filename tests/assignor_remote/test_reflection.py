@@ -64,6 +64,7 @@ def test_both_servers_answer_reflection_v1_and_v1alpha(servers: tuple[str, str])
     coordinator_services = {
         "connect.coordinator.v1.ConnectGroupCoordinator",
         "connect.coordinator.v1.ConnectGroupAdmin",
+        "connect.coordinator.v1.ConnectClassicGroup",
     }
     for method in (V1, V1ALPHA):
         assert services(coordinator, method) == coordinator_services | {HEALTH} | REFLECTION

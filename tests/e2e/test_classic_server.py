@@ -7,6 +7,7 @@ bad input answered in band with nothing stored."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -105,7 +106,11 @@ def test_two_members_rebalance_sync_heartbeat_and_a_third_makes_them_rejoin(
     c = _first_join(stub, "http://c:8083")
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         jc = pool.submit(_join, stub, c, "http://c:8083")
-        hb = stub.Heartbeat(classic_pb2.HeartbeatRequest(group_id="cg", member_id=a, generation_id=gen), timeout=10)
+        for _ in range(200):  # until the newcomer's join (sent concurrently) has started the rebalance
+            hb = stub.Heartbeat(classic_pb2.HeartbeatRequest(group_id="cg", member_id=a, generation_id=gen), timeout=10)
+            if hb.error_code != ErrorCode.NONE:
+                break
+            time.sleep(0.01)
         assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
         rejoined = [pool.submit(_join, stub, m, f"http://{n}:8083") for m, n in ((a, "a"), (b, "b"))]
         answers = [f.result(30) for f in (*rejoined, jc)]
