@@ -106,7 +106,7 @@ from services.classic.connect_protocol import (
     mode_version,
     protocol_version,
 )
-from services.common.items import EMPTY, Items, TaskId
+from services.common.items import EMPTY, Items, TaskId, all_items
 from worker_sdk._member import RETRIABLE_ERRORS, Effect, RebalanceCompleted, _error_name, _Rebalance
 
 log = logging.getLogger("worker_sdk.classic")
@@ -620,6 +620,14 @@ class ClassicMember:
             return
         self._config_wanted = False
         self._config_read_ms = now_ms
+        if offset and offset >= self.config_offset:
+            # A connector deleted (or its tasks cut) is stopped where it runs, whatever the next
+            # assignment says (Connect's herder stops it on the config update; a leader that lost its
+            # view of the previous assignment would never revoke it: found by the simulator).
+            gone = (self._target | self._running) - all_items(connectors)
+            if gone:
+                log.info("member %s: %s no longer configured (offset %d): stopping", self.member_id, gone, offset)
+                self._target = self._target - gone
         self.connectors = connectors
         self.config_offset = offset
         self._min_config_offset = 0
