@@ -4,6 +4,8 @@
 # everything cleanly. `make up` runs this after `make setup-stack`; `make up ARGS='...'` passes ARGS on:
 #   ARGS=--scenario        also play seed 001's case studies (a worker joins, dies, bounces), narrated
 #   ARGS='--workers 5'     more workers;  ARGS='--duration 30'  stop by itself
+#   ARGS='--group-protocol classic [--connect-protocol eager|compatible|sessioned]'
+#                          the workers on Kafka's classic protocol (JoinGroup / SyncGroup, a worker leader assigns)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
