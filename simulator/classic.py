@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.base import CLASSIC_JOIN_MARGIN_MS, GROUP, RETRY_BACKOFF_MAX_MS, Violation
 from simulator.worker import SimWorker
-from worker_sdk import ClassicConfig, ClassicMember, ClassicState
-from worker_sdk._classic import ClassicRequest, ClassicStateChanged
+from worker_sdk import ClassicConfig, ClassicMember, ClassicRequest, ClassicState, ClassicStateChanged
 
 if TYPE_CHECKING:
     from simulator.engine import Simulation
