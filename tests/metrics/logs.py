@@ -143,7 +143,9 @@ def simulator_scenarios(seeds: list[int], steps: int = 150) -> list[RebalanceEve
     out: list[RebalanceEvent] = []
     for seed in seeds:
         with quiet_logs():
-            sim = Simulation(generate(seed, steps), keep_trace=False)
+            # Connect groups: the job's epochs, revocations and downtime are the connect protocol's
+            # (classic groups' analytics is issue 38's); these seeds were chosen before classic seeds.
+            sim = Simulation(generate(seed, steps, protocol="connect"), keep_trace=False)
             result = sim.run()
         assert result.violation is None, result.violation
         for stored in sim.node.storage.read_events():
