@@ -21,7 +21,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import IO, Any, Literal, NoReturn
 
 import grpc
@@ -257,7 +257,7 @@ class CoordinatorRuntime:
         pending = list(stored.items())
         for i in range(0, len(pending), INSTALL_SLICE):
             piece = dict(pending[i : i + INSTALL_SLICE])
-            self._fail_parked(set(piece))
+            self._fail_parked(piece)
             self.machine.reload_groups(piece, self.clock())
             self._pump()
             gc.freeze()
@@ -267,7 +267,7 @@ class CoordinatorRuntime:
         """A partition left: its groups leave memory (timers included) and their push streams end."""
         if not group_ids:
             return
-        self._fail_parked(set(group_ids))
+        self._fail_parked(group_ids)
         self.machine.reload_groups({gid: [] for gid in sorted(group_ids)}, now_ms)
         self.nudges.close_groups(group_ids)
         for gid in group_ids:
@@ -493,8 +493,11 @@ class CoordinatorRuntime:
             elif not future.done():
                 future.set_result(answer.response)
 
-    def _fail_parked(self, group_ids: set[str] | None) -> None:
-        """The core forgot the calls parked for these groups (None: all): they fail, retriable."""
+    def _fail_parked(self, group_ids: Container[str] | None) -> None:
+        """The core forgot the calls parked for these groups (None: all): they fail, retriable.
+        Nothing to do (no classic call parked) is the common case: a load's every slice passes here."""
+        if not self._parked and not self._early:
+            return
         for key in [k for k in self._parked if group_ids is None or k[0] in group_ids]:
             future = self._parked.pop(key)
             if not future.done():
@@ -671,7 +674,7 @@ class CoordinatorRuntime:
             self._assignment_tasks.add(task)
             task.add_done_callback(self._assignment_tasks.discard)
             return
-        self._fail_parked(set(loaded))
+        self._fail_parked(loaded)
         self.machine.reload_groups(loaded, self.clock())
         self.metrics.reloaded_groups.inc(len(group_ids))
         log.warning(
