@@ -42,7 +42,7 @@ class DescribeGroupsRequest(_message.Message):
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ..., accept_task_ranges: _Optional[bool] = ...) -> None: ...
 
 class DescribedMember(_message.Message):
-    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms", "member_type")
+    __slots__ = ("member_id", "instance_id", "url", "client_id", "member_epoch", "member_state", "assignment", "target_assignment", "pending", "revoking", "revoking_since_ms", "revocation_deadline_ms", "pending_holders", "session_expires_ms", "member_type", "load", "capacity", "rack")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,9 @@ class DescribedMember(_message.Message):
     PENDING_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
     MEMBER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     instance_id: str
     url: str
@@ -73,7 +76,10 @@ class DescribedMember(_message.Message):
     pending_holders: _containers.RepeatedCompositeFieldContainer[PendingHolder]
     session_expires_ms: int
     member_type: str
-    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking_since_ms: _Optional[int] = ..., revocation_deadline_ms: _Optional[int] = ..., pending_holders: _Optional[_Iterable[_Union[PendingHolder, _Mapping]]] = ..., session_expires_ms: _Optional[int] = ..., member_type: _Optional[str] = ...) -> None: ...
+    load: float
+    capacity: float
+    rack: str
+    def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., member_state: _Optional[str] = ..., assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., target_assignment: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., pending: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., revoking_since_ms: _Optional[int] = ..., revocation_deadline_ms: _Optional[int] = ..., pending_holders: _Optional[_Iterable[_Union[PendingHolder, _Mapping]]] = ..., session_expires_ms: _Optional[int] = ..., member_type: _Optional[str] = ..., load: _Optional[float] = ..., capacity: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class PendingHolder(_message.Message):
     __slots__ = ("member_id", "fenced", "items")
@@ -120,7 +126,7 @@ class AssignmentError(_message.Message):
     def __init__(self, executor: _Optional[str] = ..., message: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
 
 class DescribedGroup(_message.Message):
-    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms", "target_computed_by", "config_offset", "generation_id", "protocol_name", "leader_id")
+    __slots__ = ("error_code", "error_message", "group_id", "group_type", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "connectors", "members", "held", "assignment_in_flight", "last_assignment_error", "scheduled_rebalance_ms", "target_computed_by", "config_offset", "generation_id", "protocol_name", "leader_id", "load_ratio")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +146,7 @@ class DescribedGroup(_message.Message):
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_NAME_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LOAD_RATIO_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     group_id: str
@@ -159,7 +166,8 @@ class DescribedGroup(_message.Message):
     generation_id: int
     protocol_name: str
     leader_id: str
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ..., target_computed_by: _Optional[str] = ..., config_offset: _Optional[int] = ..., generation_id: _Optional[int] = ..., protocol_name: _Optional[str] = ..., leader_id: _Optional[str] = ...) -> None: ...
+    load_ratio: float
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., group_type: _Optional[str] = ..., group_state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor_name: _Optional[str] = ..., connectors: _Optional[_Iterable[_Union[_common_pb2.ConnectorSpec, _Mapping]]] = ..., members: _Optional[_Iterable[_Union[DescribedMember, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[HeldItems, _Mapping]]] = ..., assignment_in_flight: _Optional[_Union[AssignmentInFlight, _Mapping]] = ..., last_assignment_error: _Optional[_Union[AssignmentError, _Mapping]] = ..., scheduled_rebalance_ms: _Optional[int] = ..., target_computed_by: _Optional[str] = ..., config_offset: _Optional[int] = ..., generation_id: _Optional[int] = ..., protocol_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., load_ratio: _Optional[float] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
@@ -168,14 +176,16 @@ class DescribeGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[DescribedGroup, _Mapping]]] = ...) -> None: ...
 
 class PutConnectorRequest(_message.Message):
-    __slots__ = ("group_id", "connector", "task_count")
+    __slots__ = ("group_id", "connector", "task_count", "task_weight")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECTOR_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TASK_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     connector: str
     task_count: int
-    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ..., task_count: _Optional[int] = ...) -> None: ...
+    task_weight: float
+    def __init__(self, group_id: _Optional[str] = ..., connector: _Optional[str] = ..., task_count: _Optional[int] = ..., task_weight: _Optional[float] = ...) -> None: ...
 
 class PutConnectorResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "group_epoch")

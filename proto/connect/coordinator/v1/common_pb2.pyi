@@ -107,12 +107,30 @@ class ClientAssignors(_message.Message):
     def __init__(self, assignors: _Optional[_Iterable[_Union[Assignor, _Mapping]]] = ...) -> None: ...
 
 class ConnectorSpec(_message.Message):
-    __slots__ = ("name", "task_count")
+    __slots__ = ("name", "task_count", "task_weight")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TASK_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     name: str
     task_count: int
-    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ...) -> None: ...
+    task_weight: float
+    def __init__(self, name: _Optional[str] = ..., task_count: _Optional[int] = ..., task_weight: _Optional[float] = ...) -> None: ...
+
+class ItemLoad(_message.Message):
+    __slots__ = ("connector", "task", "load")
+    CONNECTOR_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    connector: str
+    task: int
+    load: float
+    def __init__(self, connector: _Optional[str] = ..., task: _Optional[int] = ..., load: _Optional[float] = ...) -> None: ...
+
+class ItemLoads(_message.Message):
+    __slots__ = ("loads",)
+    LOADS_FIELD_NUMBER: _ClassVar[int]
+    loads: _containers.RepeatedCompositeFieldContainer[ItemLoad]
+    def __init__(self, loads: _Optional[_Iterable[_Union[ItemLoad, _Mapping]]] = ...) -> None: ...
 
 class MemberTarget(_message.Message):
     __slots__ = ("member_id", "connectors_and_tasks", "error", "version", "metadata")
@@ -137,7 +155,7 @@ class TargetAssignment(_message.Message):
     def __init__(self, assignment_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberTarget, _Mapping]]] = ...) -> None: ...
 
 class GroupMember(_message.Message):
-    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target", "owned_is_target")
+    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target", "owned_is_target", "item_loads", "capacity", "rack")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +164,9 @@ class GroupMember(_message.Message):
     OWNED_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     OWNED_IS_TARGET_FIELD_NUMBER: _ClassVar[int]
+    ITEM_LOADS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     member_epoch: int
     instance_id: str
@@ -154,4 +175,7 @@ class GroupMember(_message.Message):
     owned: ConnectorsAndTasks
     target: ConnectorsAndTasks
     owned_is_target: bool
-    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., owned_is_target: _Optional[bool] = ...) -> None: ...
+    item_loads: ItemLoads
+    capacity: float
+    rack: str
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., owned_is_target: _Optional[bool] = ..., item_loads: _Optional[_Union[ItemLoads, _Mapping]] = ..., capacity: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...

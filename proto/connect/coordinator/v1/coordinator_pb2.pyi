@@ -28,7 +28,7 @@ class ConnectGroupWatchResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ConnectGroupHeartbeatRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "url", "rebalance_timeout_ms", "client_assignors", "owned", "client_id", "request_sequence")
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "url", "rebalance_timeout_ms", "client_assignors", "owned", "client_id", "request_sequence", "item_loads", "capacity", "rack")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,9 @@ class ConnectGroupHeartbeatRequest(_message.Message):
     OWNED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_LOADS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
@@ -49,7 +52,10 @@ class ConnectGroupHeartbeatRequest(_message.Message):
     owned: _common_pb2.ConnectorsAndTasks
     client_id: str
     request_sequence: int
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_assignors: _Optional[_Union[_common_pb2.ClientAssignors, _Mapping]] = ..., owned: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., client_id: _Optional[str] = ..., request_sequence: _Optional[int] = ...) -> None: ...
+    item_loads: _common_pb2.ItemLoads
+    capacity: float
+    rack: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., client_assignors: _Optional[_Union[_common_pb2.ClientAssignors, _Mapping]] = ..., owned: _Optional[_Union[_common_pb2.ConnectorsAndTasks, _Mapping]] = ..., client_id: _Optional[str] = ..., request_sequence: _Optional[int] = ..., item_loads: _Optional[_Union[_common_pb2.ItemLoads, _Mapping]] = ..., capacity: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class MemberAssignment(_message.Message):
     __slots__ = ("error", "assigned", "pending", "version", "metadata")
