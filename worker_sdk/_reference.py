@@ -75,6 +75,7 @@ class ReferenceWorker:
         self.stops = 0
         self._status_seq = 0
         self._last_payload: dict[str, Any] | None = None
+        self.started_unix_s: float | None = None  # when run() began: the worker is up
         self.client: ConnectWorkerClient | ClassicWorkerClient
         if group_protocol == "classic":
             self.client = ClassicWorkerClient(
@@ -150,6 +151,7 @@ class ReferenceWorker:
             member_running=s["running"],
             starts=self.starts,  # items started and stopped since the process began
             stops=self.stops,
+            started_unix_s=self.started_unix_s,
         )
         return s
 
@@ -176,6 +178,7 @@ class ReferenceWorker:
 
     async def run(self) -> None:
         """Run until closed (raises FatalError like `ConnectWorkerClient.run`)."""
+        self.started_unix_s = time.time()
         self.write_status()
         refresher = asyncio.create_task(self._refresh_status())
         try:
