@@ -15,10 +15,11 @@ from services.common.items import EMPTY, Items, TaskId
 
 DEFAULT_MAX_DELAY_MS = 300_000
 MAX_DELAY_CONFIG = "scheduled.rebalance.max.delay.ms"
-# The load-balanced assignor's settings (SPEC §13), as group configs.
-LOAD_RATIO_CONFIG = "group.connect.load.balance.ratio"
-LOAD_MAX_MOVES_CONFIG = "group.connect.load.max.moves"
-LOAD_COOLDOWN_CONFIG = "group.connect.load.cooldown.ms"
+# The load-balanced assignor's settings (SPEC §13), as the group configs the coordinator sends
+# (its group.connect.load.* server keys, or the group's own override); max moves -1: the default.
+LOAD_RATIO_CONFIG = "load.balance.ratio"
+LOAD_MAX_MOVES_CONFIG = "load.max.moves"
+LOAD_COOLDOWN_CONFIG = "load.cooldown.ms"
 DEFAULT_LOAD_RATIO = 1.1
 DEFAULT_LOAD_COOLDOWN_MS = 300_000
 

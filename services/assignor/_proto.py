@@ -13,9 +13,14 @@ from typing import Any, NamedTuple, NoReturn, cast
 from connect.coordinator.v1 import assignor_pb2, common_pb2
 from services.assignor._cooperative import assign_incremental
 from services.assignor._eager import assign_eager
-from services.assignor._load import assign_load_balanced
+from services.assignor._load import InvalidLoadInput, assign_load_balanced
 from services.assignor._model import (
+    DEFAULT_LOAD_COOLDOWN_MS,
+    DEFAULT_LOAD_RATIO,
     DEFAULT_MAX_DELAY_MS,
+    LOAD_COOLDOWN_CONFIG,
+    LOAD_MAX_MOVES_CONFIG,
+    LOAD_RATIO_CONFIG,
     MAX_DELAY_CONFIG,
     AssignInput,
     AssignorState,
@@ -81,8 +86,10 @@ def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignRespons
         # checking all of them up front cost more than the assignment at 10,000 members.
         converted = to_input(request, checked)
         output = checked.info.compute(converted.input)
-    except compact.InvalidItems as e:
+    except (compact.InvalidItems, InvalidLoadInput) as e:
         return assignor_pb2.AssignResponse(error=common_pb2.INVALID_REQUEST, error_message=str(e)), None
+    except InvalidInput as e:
+        return assignor_pb2.AssignResponse(error=e.code, error_message=e.message), None
     response = to_response(output, converted.sources, checked.version, request.accept_task_ranges, converted.omittable)
     return response, output
 
@@ -422,7 +429,17 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
         if source is not None:
             sources[mid] = (target, source)
     instance_ids = checked.instance_ids
-    members = list(map(Member, ids, map(_or_none, instance_ids) if any(instance_ids) else repeat(None), targets))
+    instances: Iterable[str | None] = map(_or_none, instance_ids) if any(instance_ids) else repeat(None)
+    load_fields: dict[str, Any] = {}
+    if checked.info.name == LOAD_BALANCED:
+        load_fields = _load_fields(member_msgs, request.connectors, request.group_configs)
+        members = list(
+            map(Member, ids, instances, targets, map(_capacity, member_msgs), map(_rack_or_none, member_msgs))
+        )
+    elif any(map(_has_rack, member_msgs)):  # (racks: both cooperative assignors spread by them)
+        members = list(map(Member, ids, instances, targets, repeat(1.0), map(_rack_or_none, member_msgs)))
+    else:
+        members = list(map(Member, ids, instances, targets))
     inp = AssignInput(
         members=members,
         connectors=checked.connectors,
@@ -432,8 +449,69 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
         now_ms=request.now_ms,
         max_delay_ms=checked.max_delay_ms,
         targets_checked=vouched,
+        **load_fields,
     )
     return Converted(inp, sources, omittable)
+
+
+_has_rack = methodcaller("HasField", "rack")
+
+
+def _rack_or_none(m: common_pb2.GroupMember) -> str | None:
+    return m.rack or None
+
+
+def _capacity(m: common_pb2.GroupMember) -> float:
+    return m.capacity if m.HasField("capacity") else 1.0
+
+
+def _load_fields(
+    members: Sequence[common_pb2.GroupMember],
+    connectors: Sequence[common_pb2.ConnectorSpec],
+    configs: Mapping[str, str],
+) -> dict[str, Any]:
+    """SPEC §13's input of the load-balanced assignor: the members' reported loads (a task's as a
+    task load, a connector's as a connector load; an item reported twice: the later member's), the
+    connectors' task weights and the group's load settings. Ranges are the core's check
+    (`InvalidLoadInput`, answered INVALID_REQUEST naming the field)."""
+    task_loads: dict[TaskId, float] = {}
+    connector_loads: dict[str, float] = {}
+    for m in members:
+        if not m.HasField("item_loads"):
+            continue
+        for e in m.item_loads.loads:
+            if e.HasField("task"):
+                task_loads[TaskId(e.connector, e.task)] = e.load
+            else:
+                connector_loads[e.connector] = e.load
+    weights = {c.name: c.task_weight for c in connectors if c.HasField("task_weight")}
+    return {
+        "task_loads": task_loads,
+        "connector_loads": connector_loads,
+        "task_weights": weights,
+        "load_balance_ratio": _config_number(configs, LOAD_RATIO_CONFIG, DEFAULT_LOAD_RATIO, float),
+        "load_max_moves": _max_moves(configs),
+        "load_cooldown_ms": int(_config_number(configs, LOAD_COOLDOWN_CONFIG, DEFAULT_LOAD_COOLDOWN_MS, int)),
+    }
+
+
+def _config_number(configs: Mapping[str, str], name: str, default: float, kind: type) -> float:
+    raw = configs.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        raise InvalidInput(
+            common_pb2.INVALID_REQUEST, f'group_configs["{name}"] must be a number, got {raw[:64]!r}'
+        ) from None
+    return float(value)
+
+
+def _max_moves(configs: Mapping[str, str]) -> int | None:
+    """``load.max.moves``: -1 (or unset) is the default, 10 % of the items, at least 1."""
+    value = int(_config_number(configs, LOAD_MAX_MOVES_CONFIG, -1, int))
+    return None if value == -1 else value
 
 
 def _or_none(value: str) -> str | None:

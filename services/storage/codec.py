@@ -126,12 +126,21 @@ def _group_row(row: Sequence[Any]) -> Record:
 
 
 def _connector_params(r: ConnectorRecord) -> Params:
-    return {"group_id": r.group_id, "connector": r.connector, "task_count": r.task_count}
+    return {"group_id": r.group_id, "connector": r.connector, "task_count": r.task_count, "task_weight": r.task_weight}
 
 
 def _connector_row(row: Sequence[Any]) -> Record:
-    group_id, connector, task_count = row
-    return ConnectorRecord(group_id, connector, task_count)
+    group_id, connector, task_count, task_weight = row
+    return ConnectorRecord(group_id, connector, task_count, float(task_weight))
+
+
+def loads_to_json(loads: Sequence[tuple[str, int, float]]) -> list[list[Any]]:
+    """A member's stored load report (SPEC §13) as ``[[connector, task, load], ...]`` (task -1: the connector)."""
+    return [[c, t, load] for c, t, load in loads]
+
+
+def loads_from_json(data: Sequence[Sequence[Any]]) -> tuple[tuple[str, int, float], ...]:
+    return tuple((str(c), int(t), float(load)) for c, t, load in data)
 
 
 def _member_params(r: MemberMetadata) -> Params:
@@ -149,6 +158,9 @@ def _member_params(r: MemberMetadata) -> Params:
         "member_type": v.member_type,
         "session_timeout_ms": v.session_timeout_ms,
         "protocols": protocols_to_json(v.protocols),
+        "capacity": v.capacity,
+        "rack": v.rack,
+        "item_loads": loads_to_json(v.item_loads),
     }
 
 
@@ -165,6 +177,9 @@ def _member_row(row: Sequence[Any]) -> Record:
         member_type,
         session_timeout_ms,
         protocols,
+        capacity,
+        rack,
+        item_loads,
     ) = row
     return MemberMetadata(
         group_id,
@@ -179,6 +194,9 @@ def _member_row(row: Sequence[Any]) -> Record:
             member_type=member_type,
             session_timeout_ms=session_timeout_ms,
             protocols=protocols_from_json(protocols),
+            capacity=float(capacity),
+            rack=rack,
+            item_loads=loads_from_json(item_loads),
         ),
     )
 

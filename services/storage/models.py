@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, LargeBinary, MetaData, String, Table, text
+from sqlalchemy import JSON, BigInteger, Column, Double, Index, Integer, LargeBinary, MetaData, String, Table, text
 
 # SQLite only auto-assigns INTEGER PRIMARY KEY (the rowid); PostgreSQL gets a BIGSERIAL.
 EventId = BigInteger().with_variant(Integer(), "sqlite")
@@ -53,8 +53,15 @@ GROUPS_TABLE = Table(
     _col("config_offset", BigInteger, server_default=text("0")),
 )
 
-# ConnectorRecord.
-CONNECTORS_TABLE = Table("group_connectors", metadata, _key("group_id"), _key("connector"), _col("task_count", Integer))
+# ConnectorRecord. ``task_weight`` (SPEC §13, migration 0008; connectors stored before it: 1.0).
+CONNECTORS_TABLE = Table(
+    "group_connectors",
+    metadata,
+    _key("group_id"),
+    _key("connector"),
+    _col("task_count", Integer),
+    _col("task_weight", Double, server_default=text("1.0")),
+)
 
 # MemberMetadata. ``assignors`` is a list of AssignorSpec dicts (metadata base64-encoded).
 # ``member_type`` (``connect`` | ``classic``), ``session_timeout_ms`` and ``protocols`` (a classic
@@ -74,6 +81,12 @@ MEMBERS_TABLE = Table(
     _col("member_type", String, server_default=text("'connect'")),
     _col("session_timeout_ms", Integer, server_default=text("0")),
     _col("protocols", JSON),
+    # SPEC §13 (migration 0008; members stored before it: 1.0, no rack, no loads): the worker's
+    # capacity and rack, and its last stored load report, ``[[connector, task, load], ...]`` (task
+    # -1: the connector itself).
+    _col("capacity", Double, server_default=text("1.0")),
+    _col("rack", String, server_default=text("''")),
+    _col("item_loads", JSON),
 )
 
 # TargetMember. ``items`` is ``Items.to_json()`` (connectors and tasks).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.common.items import Items
 from services.coordinator.core.records import (
     AssignorSpec,
@@ -54,6 +56,15 @@ def member(
             joined_ms=BIG_MS + 1,
         ),
     )
+
+
+def loaded_member(group_id: str, member_id: str, *, instance_id: str | None = None) -> MemberMetadata:
+    """A `connect` member with SPEC §13's fields (migration 0008): a capacity, a non-ASCII rack, and
+    a load report -- a connector's, a task's with a float that must come back exactly, a zero."""
+    r = member(group_id, member_id, instance_id=instance_id)
+    assert r.value is not None
+    loads = (("conn-a", -1, 0.125), ("conn-a", 0, 1234.5678901234567), ("conn-a", 2, 0.0))
+    return replace(r, value=replace(r.value, capacity=2.5, rack="zone-\u00e9", item_loads=loads))
 
 
 def classic_member_of_connect_group(group_id: str, member_id: str) -> MemberMetadata:
@@ -130,8 +141,8 @@ def every_state_record(group_id: str = "g1") -> list[Record]:
     return [
         group(group_id, epoch=7),
         GroupConfig(group_id, "group.connect.session.timeout.ms", "45000"),
-        ConnectorRecord(group_id, "conn-a", 3),
-        member(group_id, "m1", instance_id="worker-1"),
+        ConnectorRecord(group_id, "conn-a", 3, 0.25),
+        loaded_member(group_id, "m1", instance_id="worker-1"),
         classic_member_of_connect_group(group_id, "m2"),
         TargetMember(
             group_id,

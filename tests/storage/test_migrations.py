@@ -14,7 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, create_engine, inspect, text
 
-from services.coordinator.core.records import MemberMetadata, Record
+from services.coordinator.core.records import ConnectorRecord, MemberMetadata, Record
 from services.storage import Storage, StorageError, migrate
 from services.storage.codec import CODECS
 from services.storage.models import MEMBERS_TABLE, metadata
@@ -37,6 +37,8 @@ TABLES = {
 REPLICA_TABLES = {"coordinator_cluster", "coordinator_replicas", "partition_leases"}
 # The members' columns added by 0007 (SPEC §12 migration: a classic member of a `connect` group).
 MEMBER_0007_COLUMNS = ("member_type", "session_timeout_ms", "protocols")
+# And by 0008 (SPEC §13: load-aware assignment), with group_connectors.task_weight.
+MEMBER_0008_COLUMNS = ("capacity", "rack", "item_loads")
 
 
 def _insert_as_stored_then(conn: Connection, records: Sequence[Record]) -> None:
@@ -52,13 +54,27 @@ def _insert_as_stored_then(conn: Connection, records: Sequence[Record]) -> None:
 
 
 def _as_before_0007(records: Sequence[Record]) -> list[Record]:
-    """What members stored before 0007 load as: `connect` members, no session timeout or protocols."""
+    """What members stored before 0007 load as: `connect` members, no session timeout or protocols
+    (and, as before 0008, no capacity, rack, loads or task weight)."""
     return [
         replace(r, value=replace(r.value, member_type="connect", session_timeout_ms=0, protocols=()))
         if isinstance(r, MemberMetadata) and r.value is not None
         else r
-        for r in records
+        for r in _as_before_0008(records)
     ]
+
+
+def _as_before_0008(records: Sequence[Record]) -> list[Record]:
+    """What rows stored before 0008 load as (SPEC §13): members of capacity 1.0 without rack or
+    loads, connectors of task weight 1.0."""
+    out: list[Record] = []
+    for r in records:
+        if isinstance(r, MemberMetadata) and r.value is not None:
+            r = replace(r, value=replace(r.value, capacity=1.0, rack="", item_loads=()))
+        elif isinstance(r, ConnectorRecord) and r.task_count is not None:
+            r = replace(r, task_weight=1.0)
+        out.append(r)
+    return out
 
 
 def test_migrated_schema_matches_models(storage: Storage) -> None:
@@ -103,7 +119,8 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "versions" / "0005_classic_groups.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0006_config_offset.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0007_member_migration_fields.py").is_file()
-    assert migrate.head_revision() == "0007"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0008_load_fields.py").is_file()
+    assert migrate.head_revision() == "0008"
     # Opening a current database compares with this constant instead of importing alembic.
     assert migrate.head_revision() == SCHEMA_HEAD
 
@@ -125,7 +142,7 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
             migrate.downgrade(conn, "0006")
         old = Storage(db_url)
         with pytest.raises(
-            StorageError, match="at revision 0006, this version needs 0007: run `connect-coordinator migrate`"
+            StorageError, match="at revision 0006, this version needs 0008: run `connect-coordinator migrate`"
         ):
             old.open(migrate_schema=False)
         with engine.connect() as conn:
@@ -275,9 +292,9 @@ def test_upgrade_from_0006_loads_members_as_connect_and_downgrade_drops_only_the
             migrate.upgrade(conn, "0006")
             assert not set(MEMBER_0007_COLUMNS) & {c["name"] for c in inspect(conn).get_columns("members")}
             _insert_as_stored_then(conn, records)  # rows as release 0006 wrote them
-        with Storage(db_url) as s:  # opening migrates 0006 -> 0007
+        with Storage(db_url) as s:  # opening migrates 0006 -> 0007 (-> 0008)
             with s.engine.connect() as conn:
-                assert migrate.current_revision(conn) == "0007"
+                assert migrate.current_revision(conn) == SCHEMA_HEAD
             loaded = s.load()
             assert loaded == _as_before_0007(records) != records
             members = [r.value for r in loaded if isinstance(r, MemberMetadata) and r.value is not None]
@@ -306,13 +323,13 @@ def test_upgrade_from_0006_loads_members_as_connect_and_downgrade_drops_only_the
         with engine.connect() as conn:
             assert migrate.current_revision(conn) == "0006"
             assert {c["name"] for c in inspect(conn).get_columns("members")} == {
-                c.name for c in MEMBERS_TABLE.columns if c.name not in MEMBER_0007_COLUMNS
+                c.name for c in MEMBERS_TABLE.columns if c.name not in MEMBER_0007_COLUMNS + MEMBER_0008_COLUMNS
             }
             assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 4
             assert conn.exec_driver_sql("SELECT count(*) FROM classic_members").scalar() == 2
             assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
         old = Storage(db_url)
-        with pytest.raises(StorageError, match="at revision 0006, this version needs 0007"):
+        with pytest.raises(StorageError, match="at revision 0006, this version needs 0008"):
             old.open(migrate_schema=False)
         with Storage(db_url) as s:  # and up again: every member a `connect` member, the rest as written
             assert s.load() == _as_before_0007(records)

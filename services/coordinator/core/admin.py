@@ -3,13 +3,14 @@ read-only views (ListGroups, DescribeGroups, DescribeConfigs)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, all_items
-from services.coordinator.core import explain, validation
+from services.coordinator.core import explain, loads, validation
 from services.coordinator.core.assignment import (
     AssignorSelectionError,
 )
@@ -71,13 +72,18 @@ class Admin(CoreBase):
                 raise invalid(
                     f"task_count must be between 0 and {limit} (group.connect.max.tasks.per.connector), got {req.task_count}"
                 )
+            if req.HasField("task_weight") and not (math.isfinite(req.task_weight) and req.task_weight >= 0):
+                raise invalid(f"task_weight must be a finite number >= 0 (default 1.0), got {req.task_weight}")
             self._check_group_bounds(req.group_id, req.connector, req.task_count)
             group = self._group_or_create(sink, req.group_id, now_ms)
-            if group.connectors.get(req.connector) != req.task_count:
-                previous = group.connectors.get(req.connector)
+            previous = group.connectors.get(req.connector)
+            # SPEC §13: unset keeps a stored connector's weight (1.0 for a new one).
+            old_weight = group.task_weights.get(req.connector, 1.0)
+            weight = req.task_weight if req.HasField("task_weight") else old_weight
+            if previous != req.task_count:
                 before = all_items({req.connector: previous}) if previous is not None else EMPTY
                 after = all_items({req.connector: req.task_count})
-                sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count))
+                sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count, weight))
                 self._connectors_changed(
                     sink,
                     group,
@@ -86,6 +92,12 @@ class Admin(CoreBase):
                     **(after - before).names(),
                     **(before - after).names("removed_"),
                 )
+            elif weight != old_weight:
+                # Only the weight: no config offset (Connect's configuration is unchanged); a
+                # `connect` group with members gets a new target (the operator asked for it).
+                sink.emit(ConnectorRecord(group.group_id, req.connector, req.task_count, weight))
+                if group.classic is None and group.members:
+                    self._bump(sink, group, "task_weight_changed", connector=req.connector, task_weight=weight)
             self._after_change(sink, group, now_ms)
             response = admin_pb2.PutConnectorResponse(group_epoch=group.epoch)
         except ApiError as e:
@@ -264,6 +276,7 @@ class Admin(CoreBase):
             TimerKind.ASSIGNMENT,
             TimerKind.CLASSIC_JOIN,
             TimerKind.CLASSIC_SYNC,
+            TimerKind.LOAD,
         )
         for kind in kinds:
             self.timer.cancel(TimerKey(kind, group.group_id))
@@ -339,8 +352,13 @@ class Admin(CoreBase):
             described.assignment_epoch = group.assignment_epoch
             described.assignor_name = self._safe_assignor(group)
             described.target_computed_by = group.target.computed_by
+            weights = group.task_weights
             for name in sorted(group.connectors):
-                described.connectors.add(name=name, task_count=group.connectors[name])
+                spec = described.connectors.add(name=name, task_count=group.connectors[name])
+                if name in weights:
+                    spec.task_weight = weights[name]
+            members_load = loads.group_loads(group) if group.item_loads else {}
+            described.load_ratio = loads.load_ratio(members_load)
             for mid, m in group.members.items():
                 dm = described.members.add(
                     member_id=mid,
@@ -350,6 +368,9 @@ class Admin(CoreBase):
                     member_epoch=m.member_epoch,
                     member_state=m.current.state,
                     member_type=m.meta.member_type,
+                    load=members_load[mid][0] if mid in members_load else 0.0,
+                    capacity=m.meta.capacity,
+                    rack=m.meta.rack,
                 )
                 compact_tasks = req.accept_task_ranges  # only for a caller that reads them
                 m.owned.to_proto(dm.assignment, compact_tasks=compact_tasks)

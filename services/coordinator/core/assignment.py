@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
+from services.assignor import LOAD_BALANCED
 from services.common import compact
 from services.common.items import Items, TaskId
+from services.coordinator.core import loads
 from services.coordinator.core.item_index import ItemKey
 from services.coordinator.core.records import AssignorSpec
 from services.coordinator.core.state import AssignorKey, Group, HandedOut, Member
@@ -124,10 +126,21 @@ def fill_snapshot(
             items.to_proto(out, compact_tasks=compact_tasks)
             encoded[id(items)] = (items, out)
 
+    # SPEC §13: racks for any assignor (the cooperative ones spread by rack), capacities and the
+    # items' known loads only for load-balanced (the only reader) -- each only where set, so that
+    # the request of a group without them is what it was.
+    load_of = loads.known_loads(group) if assignor_name == LOAD_BALANCED and group.item_loads else None
     for mid, m in group.members.items():
         gm = req.members.add(member_id=mid, member_epoch=m.member_epoch, url=m.meta.url)
         if m.meta.instance_id is not None:
             gm.instance_id = m.meta.instance_id
+        if m.meta.rack:
+            gm.rack = m.meta.rack
+        if assignor_name == LOAD_BALANCED:
+            if m.meta.capacity != 1.0:
+                gm.capacity = m.meta.capacity
+            if load_of:
+                _put_loads(gm.item_loads, m.owned, load_of)
         spec = m.assignor(assignor_name)
         if spec is not None:
             known = specs.get(id(spec))  # equal assignor lists are held once: mostly one spec
@@ -138,13 +151,28 @@ def fill_snapshot(
         put(target, gm.target)
         current = m.current
         put(current.assigned if not current.revoking else m.owned, gm.owned)
+    weights = group.task_weights if assignor_name == LOAD_BALANCED else {}
     for name in sorted(group.connectors):
-        req.connectors.add(name=name, task_count=group.connectors[name])
+        connector = req.connectors.add(name=name, task_count=group.connectors[name])
+        if name in weights:
+            connector.task_weight = weights[name]
     req.current_target.assignment_epoch = group.assignment_epoch
     for mid, tv in group.target_members.items():
         mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
         put(tv.items, mt.connectors_and_tasks)
     return req
+
+
+def _put_loads(out: common_pb2.ItemLoads, owned: Items, known: Mapping[loads.LoadKey, float]) -> None:
+    """The known loads of a member's items (its own report, else the last reported by anyone)."""
+    for c in sorted(owned.connectors):
+        load = known.get((c, loads.CONNECTOR))
+        if load is not None:
+            out.loads.add(connector=c, load=load)
+    for t in sorted(owned.tasks):
+        load = known.get(t)
+        if load is not None:
+            out.loads.add(connector=t.connector, task=t.task, load=load)
 
 
 def send_items_once(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignRequest:

@@ -10,7 +10,7 @@ from typing import Any
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core import validation
+from services.coordinator.core import loads, validation
 from services.coordinator.core.assignment import (
     SERVICE_EXECUTOR,
     AssignorSelectionError,
@@ -24,6 +24,7 @@ from services.coordinator.core.assignment import (
 )
 from services.coordinator.core.config import (
     MODE_SERVICE,
+    load_settings,
 )
 from services.coordinator.core.errors import ApiError, clip, invalid
 from services.coordinator.core.explain import SERVICE_LABEL
@@ -36,12 +37,16 @@ from services.coordinator.core.records import (
     TargetMetadata,
 )
 from services.coordinator.core.state import (
+    STABLE,
     Group,
     HandedOut,
     InFlightAssignment,
     assignors_key,
 )
 from services.coordinator.core.timers import TimerKey, TimerKind
+
+# The reason of the epoch bump the load watch makes (SPEC §13).
+LOAD_IMBALANCE = "load_imbalance"
 
 
 class AssignmentProcess(CoreBase):
@@ -50,6 +55,8 @@ class AssignmentProcess(CoreBase):
     def _bump(self, sink: Sink, group: Group, reason: str, member_id: str = "", **details: Any) -> None:
         sink.emit(GroupMetadata(group.group_id, replace(group.meta, epoch=group.epoch + 1)))
         sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
+        if reason != LOAD_IMBALANCE:
+            group.load_watch.futile = False  # the assignor's input changed: it may find a better placement
 
     def _selected_assignor(self, group: Group) -> str:
         first = next((m for m in group.members.values() if not m.meta.is_classic), None)
@@ -367,6 +374,12 @@ class AssignmentProcess(CoreBase):
         group.process.failed_executors.clear()
         group.process.last_executor = inflight.executor
         self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
+        watch = group.load_watch
+        if 0 <= watch.bumped_epoch <= inflight.group_epoch:
+            # The target computed for a load_imbalance bump: if it moved nothing, the assignor knows
+            # no better placement, and the watch waits for what is known to change (SPEC §13).
+            watch.futile = moved == 0
+            watch.bumped_epoch = -1
         service: dict[str, Any] = {"service": computed_by} if computed_by else {}
         sink.event(
             group,
@@ -420,4 +433,40 @@ class AssignmentProcess(CoreBase):
             sink.emit(TargetMetadata(group.group_id, replace(group.target, scheduled_rebalance_ms=0)))
             if group.members:
                 self._bump(sink, group, "scheduled_rebalance")
+        return False
+
+    def _on_load_sample(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
+        """The load watch's sample (SPEC §13, loads.py): the group's ratio for /metrics, and a
+        `load_imbalance` bump when the assignor's goal has been missed for a cooldown (see there)."""
+        watch = group.load_watch
+        if not group.members or group.classic is not None or not loads.has_loads(group):
+            watch.since_ms, watch.ratio = None, 0.0
+            return False  # not re-armed: the next stored load report arms it
+        ratio, _, cooldown = load_settings(self.group_configs(group))
+        members = loads.group_loads(group)
+        watch.ratio = loads.load_ratio(members)
+        self.timer.schedule(key, now + loads.sample_period_ms(cooldown))
+        if not loads.imbalanced(members, ratio):
+            watch.since_ms = None
+            return False
+        if watch.since_ms is None:
+            watch.since_ms = now
+        try:
+            assignor = self._selected_assignor(group)
+        except AssignorSelectionError:
+            return False
+        if (
+            not loads.watched(group, assignor)
+            or watch.futile
+            or now - watch.since_ms < cooldown
+            or (watch.bumped_ms is not None and now - watch.bumped_ms < cooldown)
+            or group.state() != STABLE
+        ):
+            return False
+        worst = max(sorted(members), key=lambda mid: members[mid][0] / members[mid][1])
+        watch.since_ms, watch.bumped_ms = None, now
+        self._bump(
+            sink, group, LOAD_IMBALANCE, worst, load_ratio=round(watch.ratio, 4), goal=ratio, imbalanced_ms=cooldown
+        )
+        watch.bumped_epoch = group.epoch
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,33 @@ POLICY_UPGRADE = "upgrade"
 POLICY_DOWNGRADE = "downgrade"
 POLICY_DISABLED = "disabled"
 MIGRATION_POLICIES = (POLICY_BIDIRECTIONAL, POLICY_UPGRADE, POLICY_DOWNGRADE, POLICY_DISABLED)
+
+
+# Load-aware assignment (SPEC §13): server keys; the first three are also group configs (their short
+# names below), passed to the assignor under those names.
+LOAD_RATIO_KEY = "group.connect.load.balance.ratio"
+LOAD_MAX_MOVES_KEY = "group.connect.load.max.moves"
+LOAD_COOLDOWN_KEY = "group.connect.load.cooldown.ms"
+LOAD_REPORT_THRESHOLD_KEY = "group.connect.load.report.threshold"
+LOAD_REPORT_INTERVAL_KEY = "group.connect.load.report.interval.ms"
+_DECIMAL = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
+
+
+def parse_float(raw: str, name: str) -> float:
+    """`raw` as a non-negative decimal number (ASCII digits, an optional fraction: no sign, exponent,
+    `nan` or `inf`), else ValueError naming `name`."""
+    if not _DECIMAL.fullmatch(raw):
+        shown = raw if len(raw) <= 64 else raw[:64] + "..."
+        raise ValueError(f"{name} must be a decimal number such as 1.1 (ASCII digits), got {shown!r}")
+    return float(raw)
+
+
+def parse_max_moves(raw: str, name: str) -> int:
+    """`group.connect.load.max.moves` / `load.max.moves`: -1 (10 % of the items, at least 1) or >= 1."""
+    value = parse_int(raw, name)
+    if value == 0 or value < -1 or value > INT32_MAX:
+        raise ValueError(f"{name} must be -1 (10 % of the items, at least 1) or between 1 and {INT32_MAX}, got {value}")
+    return value
 
 
 def parse_protocols(raw: str) -> tuple[str, ...]:
@@ -132,6 +160,17 @@ class ServerConfig:
     # migration policy of groups (their `migration.policy` config overrides it).
     rebalance_protocols: tuple[str, ...] = ("classic", "connect")
     migration_policy: str = "bidirectional"
+    # Load-aware assignment (SPEC §13): the load-balanced assignor's goal (every worker's load /
+    # capacity within this factor of the mean), its moves per rebalance (-1: 10 % of the items, at
+    # least 1) and per-item cooldown -- also how long an imbalance must last before the coordinator
+    # bumps the epoch (`load_imbalance`). Workers report loads when one moved by more than the
+    # threshold (a fraction), at most every report interval; a member's reports are stored at most
+    # once per half interval (a newer one waits in memory: docs/protocol.md#load-reports).
+    load_balance_ratio: float = 1.1
+    load_max_moves: int = -1
+    load_cooldown_ms: int = 300_000
+    load_report_threshold: float = 0.1
+    load_report_interval_ms: int = 30_000
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -170,6 +209,11 @@ class ServerConfig:
         "group.coordinator.principal.request.rate": "principal_request_rate",
         REBALANCE_PROTOCOLS_KEY: "rebalance_protocols",
         MIGRATION_POLICY_KEY: "migration_policy",
+        LOAD_RATIO_KEY: "load_balance_ratio",
+        LOAD_MAX_MOVES_KEY: "load_max_moves",
+        LOAD_COOLDOWN_KEY: "load_cooldown_ms",
+        LOAD_REPORT_THRESHOLD_KEY: "load_report_threshold",
+        LOAD_REPORT_INTERVAL_KEY: "load_report_interval_ms",
     }
 
     @classmethod
@@ -185,6 +229,12 @@ class ServerConfig:
                 continue
             if key == MIGRATION_POLICY_KEY:
                 values[attr] = parse_migration_policy(raw, key)
+                continue
+            if key in (LOAD_RATIO_KEY, LOAD_REPORT_THRESHOLD_KEY):
+                values[attr] = parse_float(raw, key)
+                continue
+            if key == LOAD_MAX_MOVES_KEY:
+                values[attr] = parse_max_moves(raw, key)
                 continue
             number = parse_int(raw, key)
             if number < 0:
@@ -245,6 +295,22 @@ class ServerConfig:
         if self.max_request_bytes > INT32_MAX:
             raise ValueError(f"group.connect.max.request.bytes must be at most {INT32_MAX}")
         self._check_classic()
+        self._check_load()
+
+    def _check_load(self) -> None:
+        """The load keys (SPEC §13)."""
+        if not (math.isfinite(self.load_balance_ratio) and 1.0 <= self.load_balance_ratio <= 100.0):
+            raise ValueError(f"{LOAD_RATIO_KEY} must be a number between 1.0 and 100.0, got {self.load_balance_ratio}")
+        if not -1 <= self.load_max_moves <= INT32_MAX or self.load_max_moves == 0:
+            raise ValueError(f"{LOAD_MAX_MOVES_KEY} must be -1 (10 % of the items) or >= 1, got {self.load_max_moves}")
+        if not 0 <= self.load_cooldown_ms <= INT32_MAX:
+            raise ValueError(f"{LOAD_COOLDOWN_KEY} must be between 0 and {INT32_MAX}")
+        if not (math.isfinite(self.load_report_threshold) and 0.0 <= self.load_report_threshold <= 10.0):
+            raise ValueError(
+                f"{LOAD_REPORT_THRESHOLD_KEY} must be a fraction between 0.0 and 10.0, got {self.load_report_threshold}"
+            )
+        if not 0 <= self.load_report_interval_ms <= INT32_MAX:
+            raise ValueError(f"{LOAD_REPORT_INTERVAL_KEY} must be between 0 and {INT32_MAX}")
 
     def _check_classic(self) -> None:
         """The classic protocol's keys and the feature flag (SPEC §12)."""
@@ -273,6 +339,11 @@ SCHEDULED_REBALANCE_MAX_DELAY = "scheduled.rebalance.max.delay.ms"
 ASSIGNMENT_MODE = "assignment.mode"
 MAX_SIZE = "max.size"
 MIGRATION_POLICY = "migration.policy"
+# SPEC §13: the load-balanced assignor's settings (over group.connect.load.*), which it reads under
+# these names from AssignRequest.group_configs (services.assignor's LOAD_*_CONFIG).
+LOAD_RATIO = "load.balance.ratio"
+LOAD_MAX_MOVES = "load.max.moves"
+LOAD_COOLDOWN = "load.cooldown.ms"
 GROUP_CONFIG_NAMES = (
     SESSION_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -280,6 +351,9 @@ GROUP_CONFIG_NAMES = (
     ASSIGNMENT_MODE,
     MAX_SIZE,
     MIGRATION_POLICY,
+    LOAD_RATIO,
+    LOAD_MAX_MOVES,
+    LOAD_COOLDOWN,
 )
 
 MODE_SERVICE = "service"
@@ -301,6 +375,9 @@ def effective_group_configs(
         ASSIGNMENT_MODE: MODE_SERVICE if service_available else MODE_WORKER,
         MAX_SIZE: str(server.max_size),
         MIGRATION_POLICY: server.migration_policy,
+        LOAD_RATIO: str(server.load_balance_ratio),
+        LOAD_MAX_MOVES: str(server.load_max_moves),
+        LOAD_COOLDOWN: str(server.load_cooldown_ms),
     }
     return {**defaults, **{k: v for k, v in overrides.items() if k in defaults}}
 
@@ -336,11 +413,13 @@ def validate_group_configs(
     as_int(HEARTBEAT_INTERVAL, server.min_heartbeat_interval_ms, server.max_heartbeat_interval_ms)
     as_int(SCHEDULED_REBALANCE_MAX_DELAY, 0, INT32_MAX)
     as_int(MAX_SIZE, 1, server.max_size)
+    as_int(LOAD_COOLDOWN, 0, INT32_MAX)
     effective = effective_group_configs(server, new, service_available)
     if int(effective[HEARTBEAT_INTERVAL]) >= int(effective[SESSION_TIMEOUT]):
         raise GroupConfigError(
             f"{HEARTBEAT_INTERVAL} ({effective[HEARTBEAT_INTERVAL]}) must be smaller than {SESSION_TIMEOUT} ({effective[SESSION_TIMEOUT]})"
         )
+    _check_load_configs(new)
     policy = new.get(MIGRATION_POLICY)
     if policy is not None:
         try:
@@ -354,3 +433,22 @@ def validate_group_configs(
         if mode == MODE_SERVICE and not service_available:
             raise GroupConfigError(f"{ASSIGNMENT_MODE}=service needs the coordinator to run with an assignor service")
     return new
+
+
+def _check_load_configs(new: dict[str, str]) -> None:
+    """A group's load.balance.ratio and load.max.moves (SPEC §13), normalised in place."""
+    try:
+        if LOAD_RATIO in new:
+            ratio = parse_float(new[LOAD_RATIO], LOAD_RATIO)
+            if not 1.0 <= ratio <= 100.0:
+                raise ValueError(f"{LOAD_RATIO} must be between 1.0 and 100.0, got {new[LOAD_RATIO]}")
+            new[LOAD_RATIO] = str(ratio)
+        if LOAD_MAX_MOVES in new:
+            new[LOAD_MAX_MOVES] = str(parse_max_moves(new[LOAD_MAX_MOVES], LOAD_MAX_MOVES))
+    except ValueError as e:
+        raise GroupConfigError(str(e)) from None
+
+
+def load_settings(configs: Mapping[str, str]) -> tuple[float, int, int]:
+    """(ratio, max moves (-1: 10 % of the items), cooldown ms) from a group's effective configs."""
+    return float(configs[LOAD_RATIO]), int(configs[LOAD_MAX_MOVES]), int(configs[LOAD_COOLDOWN])

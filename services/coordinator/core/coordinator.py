@@ -63,6 +63,7 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin, ClassicGroups):
         TimerKind.CLASSIC_SESSION: ClassicGroups._on_classic_session_deadline,
         TimerKind.CLASSIC_JOIN: ClassicGroups._on_classic_join_deadline,
         TimerKind.CLASSIC_SYNC: ClassicGroups._on_classic_sync_deadline,
+        TimerKind.LOAD: AssignmentProcess._on_load_sample,
     }
 
     def next_deadline(self) -> int | None:
@@ -153,4 +154,6 @@ class GroupCoordinator(Membership, AssignmentProcess, Admin, ClassicGroups):
             self.timer.schedule(TimerKey(TimerKind.HELD, group.group_id, mid), now_ms + session)
         if group.target.scheduled_rebalance_ms:
             self.timer.schedule(TimerKey(TimerKind.SCHEDULED, group.group_id), group.target.scheduled_rebalance_ms)
+        if group.item_loads:  # (SPEC §13: the load watch starts over, a cooldown from now)
+            self.timer.schedule(TimerKey(TimerKind.LOAD, group.group_id), now_ms + self._load_cooldown_ms(group) // 4)
         self._after_change(sink, group, now_ms)

@@ -20,6 +20,7 @@ from services.common.items import Items
 from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     HEARTBEAT_INTERVAL,
+    LOAD_COOLDOWN,
     MIGRATION_POLICY,
     REBALANCE_PROTOCOLS_KEY,
     SESSION_TIMEOUT,
@@ -188,6 +189,10 @@ class CoreBase:
 
     def session_timeout_ms(self, group: Group) -> int:
         return self._int_config(group, SESSION_TIMEOUT, self.config.session_timeout_ms)
+
+    def _load_cooldown_ms(self, group: Group) -> int:
+        """The group's load.cooldown.ms (SPEC §13), else group.connect.load.cooldown.ms."""
+        return self._int_config(group, LOAD_COOLDOWN, self.config.load_cooldown_ms)
 
     def heartbeat_interval_ms(self, group: Group) -> int:
         return self._int_config(group, HEARTBEAT_INTERVAL, self.config.heartbeat_interval_ms)

@@ -9,7 +9,7 @@ from typing import Any
 from connect.coordinator.v1 import common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
-from services.coordinator.core import validation
+from services.coordinator.core import loads, validation
 from services.coordinator.core.assignment import (
     AssignorSelectionError,
     select_assignor_counted,
@@ -128,6 +128,7 @@ class Membership(CoreBase):
                     f"member '{req.member_id}' is not a member of group '{gid}'; rejoin with member_epoch 0",
                 )
             validation.check_join(req)
+            loads.check_owned(None, req)  # (a joining member owns nothing)
             member = self._join(sink, group, req, instance_id, replacing, now)
             sink.requester = member.member_id
             group = self.state.groups[gid]
@@ -144,6 +145,7 @@ class Membership(CoreBase):
                     lost_response = True
                 else:
                     return self._fence(sink, group, member, req.member_epoch, now)
+            loads.check_owned(member, req)
             self._update_member(sink, group, member, req, now)
             member = group.members[member.member_id]
 
@@ -212,6 +214,7 @@ class Membership(CoreBase):
             or group.epoch > epoch  # no assignment to start...
             or process.in_flight is not None  # ...or to compute
             or process.epoch_nudge_due
+            or member.pending_report is not None  # (a held load report: stored by the full path)
         ):
             return None
         for field, value in req.ListFields():  # nothing set but the ids, the epoch and the sequence
@@ -269,6 +272,9 @@ class Membership(CoreBase):
             rebalance_timeout_ms=req.rebalance_timeout_ms,
             assignors=_assignors_from_proto(req.client_assignors),
             joined_ms=now,
+            # SPEC §13: unset -- a static member's previous incarnation's, else 1.0 and none.
+            capacity=req.capacity if req.HasField("capacity") else replacing.meta.capacity if replacing else 1.0,
+            rack=req.rack if req.HasField("rack") else replacing.meta.rack if replacing else "",
         )
         if group is not None and replacing is None:
             max_size = self._int_config(group, MAX_SIZE, self.config.max_size)
@@ -327,6 +333,7 @@ class Membership(CoreBase):
                 carried.member_epoch,
                 replaced=old.member_id,
                 instance_id=instance_id,
+                url=meta.url,
                 **carried.assigned.names(),
             )
             if self._assignment_input(old.meta) != self._assignment_input(meta):
@@ -371,12 +378,50 @@ class Membership(CoreBase):
             if assignors != meta.assignors:
                 self._check_assignors(group, member, replace(meta, assignors=assignors))
                 new = replace(new, assignors=assignors)
+        if member.pending_report is not None or (
+            req.HasField("item_loads") or req.HasField("capacity") or req.HasField("rack")
+        ):
+            new = self._load_report(group, member, new, req, now)
         if new is meta:
             return
         sink.emit(MemberMetadata(group.group_id, member.member_id, new))
         if self._assignment_input(meta) != self._assignment_input(new):
             # A changed assignor reason or metadata is how a worker asks for a rebalance (seed 001).
             self._bump(sink, group, "member_metadata_changed", member.member_id)
+
+    def _load_report(
+        self,
+        group: Group,
+        member: Member,
+        new: MemberMetadataValue,
+        req: coordinator_pb2.ConnectGroupHeartbeatRequest,
+        now: int,
+    ) -> MemberMetadataValue:
+        """SPEC §13: `new` (the member's metadata as this heartbeat leaves it) with its newest load
+        report -- this heartbeat's fields over a report held in memory -- if it changes the stored
+        one and the member's last report was stored at least half a report interval ago; else the
+        newest report is held in memory (replacing any held before) and `new` returned as it is."""
+        meta = member.meta
+        latest = loads.with_report(member.pending_report or meta, req)
+        wanted = loads.owned_report(
+            replace(new, capacity=latest.capacity, rack=latest.rack, item_loads=latest.item_loads), member
+        )
+        if (wanted.capacity, wanted.rack, wanted.item_loads) == (meta.capacity, meta.rack, meta.item_loads):
+            member.pending_report = None
+            return new
+        stored = member.load_stored_ms
+        if stored is not None and now < stored + self.config.load_report_interval_ms // 2:
+            member.pending_report = latest  # too soon: the newest waits (in memory, one per member)
+            return new
+        member.pending_report = None
+        member.load_stored_ms = now
+        if loads.report_changes_loads(group, meta, wanted, self.config.load_report_threshold):
+            group.load_watch.futile = False
+        if wanted.item_loads:
+            key = TimerKey(TimerKind.LOAD, group.group_id)
+            if self.timer.deadline(key) is None:
+                self.timer.schedule(key, now + loads.sample_period_ms(self._load_cooldown_ms(group)))
+        return wanted
 
     @staticmethod
     def _assignment_input(meta: MemberMetadataValue) -> tuple[Any, ...]:

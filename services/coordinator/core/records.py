@@ -104,6 +104,12 @@ class MemberMetadataValue:
     member_type: str = "connect"
     session_timeout_ms: int = 0
     protocols: tuple[tuple[str, bytes], ...] = ()
+    # SPEC §13 (migration 0008): what the worker says it can take relative to others (> 0), its rack
+    # ("" for none), and the loads it last reported for the items it runs -- (connector, task, load)
+    # sorted, task -1 for the connector itself.
+    capacity: float = 1.0
+    rack: str = ""
+    item_loads: tuple[tuple[str, int, float], ...] = ()
 
     @property
     def is_classic(self) -> bool:
@@ -221,6 +227,8 @@ class ConnectorRecord:
     group_id: str
     connector: str
     task_count: int | None  # None = tombstone
+    # SPEC §13 (migration 0008): each task's weight while no load is reported for it (finite, >= 0).
+    task_weight: float = 1.0
 
     @property
     def key(self) -> RecordKey:

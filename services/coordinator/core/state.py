@@ -90,6 +90,11 @@ class Member:
     last_heartbeat_ms: int = 0
     # Volatile: its session timer's key (`session_timer`).
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
+    # Volatile (SPEC §13): when its load report (loads, capacity, rack) was last stored (None: not
+    # since a restart), and a newer report that came sooner than half the report interval after it,
+    # kept in memory (the newest only) and stored by the first heartbeat once that half passed.
+    load_stored_ms: int | None = None
+    pending_report: MemberMetadataValue | None = None
 
     @property
     def member_epoch(self) -> int:
@@ -180,6 +185,21 @@ class AssignmentProcessState:
 
 
 @dataclass(slots=True)
+class LoadWatch:
+    """Volatile: what the load-imbalance timer (SPEC §13) remembers of a group. `since_ms`: the
+    first sample of the imbalance under way (None: balanced at the last sample); `bumped_ms` and
+    `bumped_epoch`: the last `load_imbalance` bump; `futile`: the target computed for that bump
+    moved nothing (the assignor knows no better placement), so no bump follows until a load report
+    changes what is known; `ratio`: max over mean at the last sample (the /metrics gauge)."""
+
+    since_ms: int | None = None
+    bumped_ms: int | None = None
+    bumped_epoch: int = -1
+    futile: bool = False
+    ratio: float = 0.0
+
+
+@dataclass(slots=True)
 class ClassicMember:
     """A member of a classic group: its stored value, and what the protocol keeps in memory only."""
 
@@ -257,6 +277,8 @@ class Group:
     meta: GroupMetadataValue
     members: dict[str, Member] = field(default_factory=dict)
     connectors: dict[str, int] = field(default_factory=dict)
+    # SPEC §13: the task weights of connectors whose weight is not 1.0 (PutConnector.task_weight).
+    task_weights: dict[str, float] = field(default_factory=dict)
     configs: dict[str, str] = field(default_factory=dict)
     target_members: dict[str, TargetMemberValue] = field(default_factory=dict)
     target: TargetMetadataValue = field(default_factory=lambda: TargetMetadataValue(assignment_epoch=0))
@@ -292,6 +314,12 @@ class Group:
     # A classic group's classic part (SPEC §12; its GroupMetadata says type `classic`); None for a
     # `connect` group. Connectors and configs stay the group's own, whatever its protocol.
     classic: ClassicGroup | None = None
+    # SPEC §13, derived by replay (not compared): the load last reported for each item by any member
+    # -- what is known of an item's load after it moved and before its new owner reports it.
+    # (connector, task) keys, task -1 for a connector; an item no longer configured is dropped.
+    item_loads: dict[tuple[str, int], float] = field(default_factory=dict)
+    # Volatile (SPEC §13): the load-imbalance watch (loads.py).
+    load_watch: LoadWatch = field(default_factory=lambda: LoadWatch())
 
     @property
     def epoch(self) -> int:
@@ -367,10 +395,20 @@ class CoordinatorState:
         old = group.connectors.get(r.connector)
         if old is not None and (r.task_count is None or r.task_count < old):
             group.connector_shrinks += 1
+            if group.item_loads:  # (loads of items no longer configured are forgotten)
+                count = r.task_count
+                gone = [k for k in group.item_loads if k[0] == r.connector and (count is None or k[1] >= count)]
+                for key in gone:
+                    del group.item_loads[key]
         if r.task_count is None:
             group.connectors.pop(r.connector, None)
+            group.task_weights.pop(r.connector, None)
         else:
             group.connectors[r.connector] = r.task_count
+            if r.task_weight != 1.0:
+                group.task_weights[r.connector] = r.task_weight
+            else:
+                group.task_weights.pop(r.connector, None)
 
     def _member_metadata(self, r: MemberMetadata) -> None:
         group, mid, meta = self._group(r.group_id), r.member_id, r.value
@@ -385,6 +423,8 @@ class CoordinatorState:
                 if member.meta.instance_id and group.static_members.get(member.meta.instance_id) == mid:
                     del group.static_members[member.meta.instance_id]
             return
+        if meta.item_loads and (member is None or member.meta.item_loads is not meta.item_loads):
+            group.item_loads.update(((c, t), load) for c, t, load in meta.item_loads)
         if member is None:
             member = group.members[mid] = Member(mid, meta)
             group.unsettled += not group.settled(member.current)
@@ -585,6 +625,7 @@ DURABLE_PARTS = (
     "assignor_lists",
     "unsettled",
     "classic",
+    "task_weights",
 )
 
 
@@ -607,6 +648,7 @@ def durable_view(state: CoordinatorState) -> dict[str, tuple[Any, ...]]:
             dict(g.assignor_lists),
             g.unsettled,
             g.classic.durable() if g.classic is not None else None,
+            dict(sorted(g.task_weights.items())),
         )
     return out
 

@@ -31,6 +31,7 @@ class TimerKind(enum.StrEnum):
     CLASSIC_SESSION = "classic_session"  # a classic member's (or a handed-out member id's) session
     CLASSIC_JOIN = "classic_join"  # the join phase: the rebalance timeout, or the initial delay
     CLASSIC_SYNC = "classic_sync"  # members that must send SyncGroup for the new generation
+    LOAD = "load"  # SPEC §13: a group with loads samples its load ratio (the load_imbalance trigger)
 
 
 class TimerKey(NamedTuple):

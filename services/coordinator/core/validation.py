@@ -5,6 +5,7 @@ Validation runs before a handler touches any state, so a bad request never chang
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -138,6 +139,35 @@ def check_heartbeat(req: coordinator_pb2.ConnectGroupHeartbeatRequest, cfg: Serv
         check_assignors(req.client_assignors, "client_assignors.assignors", cfg)
     if req.HasField("owned"):
         check_items(req.owned, "owned", cfg)
+    check_load_report(req, cfg)
+
+
+MAX_RACK_BYTES = 255
+
+
+def check_load_report(req: coordinator_pb2.ConnectGroupHeartbeatRequest, cfg: ServerConfig = DEFAULTS) -> None:
+    """SPEC §13: loads finite and >= 0, each naming an item well (which items the member owns is the
+    membership's check, `loads.check_owned`); capacity finite and > 0; rack at most 255 bytes."""
+    if req.HasField("capacity") and not (math.isfinite(req.capacity) and req.capacity > 0):
+        raise invalid(f"capacity must be a finite number > 0 (default 1.0), got {req.capacity}")
+    if req.HasField("rack"):
+        size = len(req.rack.encode("utf-8", "surrogatepass"))
+        if size > MAX_RACK_BYTES:
+            raise invalid(f"rack must be at most {MAX_RACK_BYTES} bytes, got {size}")
+        check_text(req.rack, "rack", MAX_RACK_BYTES)
+    if not req.HasField("item_loads"):
+        return
+    loads = req.item_loads.loads
+    check_count(len(loads), "item_loads", cfg)
+    for i, entry in enumerate(loads):
+        check_id(entry.connector, f"item_loads[{i}].connector", cfg=cfg)
+        name = clip(entry.connector)
+        if entry.HasField("task"):
+            if entry.task < 0:
+                raise invalid(f"item_loads[{name}-{entry.task}].task must be >= 0")
+            name = f"{name}-{entry.task}"
+        if not (math.isfinite(entry.load) and entry.load >= 0):
+            raise invalid(f"item_loads[{name}].load must be a finite number >= 0, got {entry.load}")
 
 
 def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: ServerConfig = DEFAULTS) -> None:
