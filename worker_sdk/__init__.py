@@ -13,6 +13,8 @@ Public surface:
   `WorkerCoordinator`: the leader assigns with Connect's eager or incremental cooperative rules) as
   a sans-I/O state machine; `ClassicWorkerClient` runs it over grpc.aio with the same listener,
   status and metrics as `ConnectWorkerClient`.
+* `LoadTable` / `LoadMeter` -- per-item load (SPEC §13): `client.loads.set(item, load)` or
+  `client.loads.meter(item).record(n)`; `LoadReporter` is when the heartbeat carries it.
 * `ReferenceWorker` -- a worker that "runs" connectors and tasks as a set, with a status file
   (`connect-worker` is its command line).
 """
@@ -33,6 +35,7 @@ from worker_sdk._classic import (
 )
 from worker_sdk._classic_client import ClassicWorkerClient
 from worker_sdk._client import CallbackError, ConnectWorkerClient, FatalError, RebalanceListener
+from worker_sdk._loads import ItemLoadRules, LoadMeter, LoadReporter, LoadTable
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
     EAGER,
@@ -88,7 +91,11 @@ __all__ = [
     "Done",
     "Effect",
     "FatalError",
+    "ItemLoadRules",
     "Items",
+    "LoadMeter",
+    "LoadReporter",
+    "LoadTable",
     "Member",
     "MemberConfig",
     "MemberEvent",

@@ -24,6 +24,7 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.common.tls import ClientTls
 from worker_sdk._assign import AssignFn, compute_and_install
+from worker_sdk._loads import DEFAULT_REPORT_INTERVAL_MS, DEFAULT_REPORT_THRESHOLD, LoadTable
 from worker_sdk._member import (
     DEFAULT_ASSIGNORS,
     AssignmentOutcome,
@@ -206,6 +207,10 @@ class ConnectWorkerClient(_Driver):
         tls: ClientTls | None = None,
         push: bool = True,
         pool: ChannelPool | None = None,
+        capacity: float | None = None,
+        rack: str | None = None,
+        load_report_threshold: float = DEFAULT_REPORT_THRESHOLD,
+        load_report_interval_ms: int = DEFAULT_REPORT_INTERVAL_MS,
     ) -> None:
         if config is None:
             config = MemberConfig(
@@ -216,6 +221,10 @@ class ConnectWorkerClient(_Driver):
                 client_id=client_id,
                 rebalance_timeout_ms=rebalance_timeout_ms,
                 request_timeout_ms=request_timeout_ms,
+                capacity=capacity,
+                rack=rack,
+                load_report_threshold=load_report_threshold,
+                load_report_interval_ms=load_report_interval_ms,
             )
         self.rng = rng if rng is not None else random.Random()
         self.member = Member(config, rng=self.rng)
@@ -278,6 +287,22 @@ class ConnectWorkerClient(_Driver):
     def assigned(self) -> Items:
         return self.member.assigned
 
+    @property
+    def loads(self) -> LoadTable:
+        """Where the worker's connectors and tasks put what they cost (SPEC §13): `loads.set(item,
+        value)` or `loads.meter(item).record(n)`; reported in the heartbeat by `LoadReporter`'s rules."""
+        return self.member.loads
+
+    def set_capacity(self, capacity: float) -> None:
+        """Declare what this worker can take relative to others (> 0, default 1.0)."""
+        self.member.set_capacity(self._now_ms(), capacity)
+        self._wakeup.set()
+
+    def set_rack(self, rack: str | None) -> None:
+        """Declare this worker's rack or zone (None: none)."""
+        self.member.set_rack(self._now_ms(), rack)
+        self._wakeup.set()
+
     def status(self) -> dict[str, Any]:
         m = self.member
         return {
@@ -291,6 +316,9 @@ class ConnectWorkerClient(_Driver):
             "pending": m.pending.to_json(),
             "fatal_error": list(m.fatal_error) if m.fatal_error else None,
             "last_error": {"code": m.last_error[0], "message": m.last_error[1]} if m.last_error else None,
+            "capacity": m.capacity,
+            "rack": m.rack,
+            "load_reports": m.load_reporter.reports,
         }
 
     # ---- lifecycle -------------------------------------------------------------------------------

@@ -61,6 +61,15 @@ from typing import Any
 from connect.coordinator.v1 import common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, Items
+from worker_sdk._loads import (
+    DEFAULT_REPORT_INTERVAL_MS,
+    DEFAULT_REPORT_THRESHOLD,
+    LoadReporter,
+    LoadTable,
+    check_capacity,
+    check_rack,
+    to_proto,
+)
 
 log = logging.getLogger("worker_sdk.member")
 
@@ -159,10 +168,21 @@ class MemberConfig:
     # None: max(one heartbeat interval, 20% of the session timeout).
     session_safety_margin_ms: int | None = None
     max_leave_attempts: int = 3
+    # SPEC §13. None: not declared (the coordinator takes 1.0 and no rack).
+    capacity: float | None = None
+    rack: str | None = None
+    # When the heartbeat carries the loads of the items this worker runs (see `LoadReporter`).
+    load_report_threshold: float = DEFAULT_REPORT_THRESHOLD
+    load_report_interval_ms: int = DEFAULT_REPORT_INTERVAL_MS
 
     def __post_init__(self) -> None:
         if not self.group_id:
             raise ValueError("group_id must be non-empty")
+        if self.capacity is not None:
+            check_capacity(self.capacity)
+        if self.rack is not None:
+            check_rack(self.rack)
+        LoadReporter(self.load_report_threshold, self.load_report_interval_ms)  # (checks them)
         if not self.assignors:
             raise ValueError("at least one client assignor is required")
         if self.instance_id == "":
@@ -308,6 +328,11 @@ class Member:
         self._leave_since_ms = 0  # when the work was stopped (or the leave began): the bound counts from here
         self._rebalance: _Rebalance | None = None
         self._events: list[MemberEvent] = []
+        # SPEC §13: what the worker's connectors and tasks say they cost, and when it is reported.
+        self.loads = LoadTable()
+        self.load_reporter = LoadReporter(self.config.load_report_threshold, self.config.load_report_interval_ms)
+        self.capacity: float | None = self.config.capacity
+        self.rack: str | None = self.config.rack
 
     # ---- read-only views ------------------------------------------------------------------------
 
@@ -420,6 +445,24 @@ class Member:
         if self.state in _IN_GROUP:
             self._send_now = True
 
+    def set_capacity(self, now_ms: int, capacity: float) -> None:
+        """Declare what this worker can take relative to others (> 0); sent with the next heartbeat."""
+        capacity = check_capacity(capacity)
+        if capacity != self.capacity:
+            self.capacity = capacity
+            if self.state in _IN_GROUP:
+                self._send_now = True
+
+    def set_rack(self, now_ms: int, rack: str | None) -> None:
+        """Declare this worker's rack or zone (None or "": none); sent with the next heartbeat."""
+        value = check_rack(rack) if rack is not None else ""
+        if self.rack is None and not value:
+            return  # never declared: nothing to take back
+        if value != self.rack:
+            self.rack = value
+            if self.state in _IN_GROUP:
+                self._send_now = True
+
     # ---- heartbeats -----------------------------------------------------------------------------
 
     def poll_heartbeat(self, now_ms: int) -> OutgoingHeartbeat | None:
@@ -437,7 +480,12 @@ class Member:
         # (fenced, expired), an epoch-0 heartbeat is a join and needs every join field.
         full = self._need_full or self._resync or self.state == MemberState.JOINING or self.member_epoch == JOIN_EPOCH
         request = self._heartbeat_request(full)
+        report = self._load_report(now_ms)
+        if report is not None:
+            to_proto(report, request.item_loads)
         out = self._send(now_ms, request, full=full)
+        if report is not None:
+            self.load_reporter.sent(out.seq, report, now_ms)
         self._send_now = self._resync = False
         if self.state == MemberState.ACKNOWLEDGING:
             self._set_state(now_ms, MemberState.STABLE, "acknowledgement sent")
@@ -488,6 +536,17 @@ class Member:
         self._retry_at_ms = None
         return out
 
+    def _load_report(self, now_ms: int) -> dict[Any, float] | None:
+        """The loads to carry in this heartbeat (None: absent, unchanged). Only a joined member
+        reports, only the items it owns (the coordinator refuses any other: a joining member owns
+        nothing), and only by the reporter's rules."""
+        if self.member_epoch == JOIN_EPOCH or self.state not in _IN_GROUP or self._lose_all or not self._is_member:
+            return None
+        if not len(self.loads) and self.load_reporter.reported is None:
+            return None  # (the cheap path of a worker that reports no loads)
+        loads = self.loads.snapshot(only=self.owned)
+        return loads if self.load_reporter.due(now_ms, loads) else None
+
     def _wanted_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "rebalance_timeout_ms": self.config.rebalance_timeout_ms,
@@ -500,6 +559,10 @@ class Member:
             fields["url"] = self.config.url
         if self.config.client_id:
             fields["client_id"] = self.config.client_id
+        if self.capacity is not None:
+            fields["capacity"] = self.capacity
+        if self.rack is not None:
+            fields["rack"] = self.rack
         return fields
 
     def _heartbeat_request(self, full: bool) -> coordinator_pb2.ConnectGroupHeartbeatRequest:
@@ -661,6 +724,7 @@ class Member:
             # sent before a session-safety stop, when the coordinator still counts that work ours).
             self._need_full = False
         self._acked = self._sent
+        self.load_reporter.acked(out.seq)
         self._last_success_sent_ms = out.sent_ms
         self._safety_tripped = False
         self._next_heartbeat_ms = out.sent_ms + self.heartbeat_interval_ms
@@ -733,6 +797,8 @@ class Member:
             raise ValueError(f"effect {seq} is not outstanding")
         self._effect = None
         self._running = (self._running - effect.lost - effect.revoked) | effect.assigned
+        if (effect.lost or effect.revoked) and len(self.loads):
+            self.loads.discard(effect.lost | effect.revoked)  # their loads are no longer this worker's
         if self.state == MemberState.LEAVING:
             self._leave_since_ms = now_ms  # a bounded leave counts from when the work is stopped
         if effect.lost:
@@ -842,6 +908,7 @@ class Member:
         self._is_member = False
         self._need_full = True
         self._acked = {}
+        self.load_reporter.reset()  # the first report after a (re)join is a full one, at once
         self._last_success_sent_ms = None
         self._safety_tripped = False
         self._set_state(now_ms, MemberState.JOINING, why)

@@ -20,6 +20,7 @@ from services.common.items import EMPTY, Items
 from services.common.tls import ClientTls
 from worker_sdk._classic_client import ClassicWorkerClient
 from worker_sdk._client import ConnectWorkerClient
+from worker_sdk._loads import DEFAULT_REPORT_INTERVAL_MS, DEFAULT_REPORT_THRESHOLD, ItemLoadRules, item_name
 from worker_sdk._member import DEFAULT_ASSIGNORS, ClientAssignor
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._routing import ChannelPool
@@ -60,12 +61,24 @@ class ReferenceWorker:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         scheduled_rebalance_max_delay_ms: int = 300_000,
+        item_loads: ItemLoadRules | None = None,
+        capacity: float | None = None,
+        rack: str | None = None,
+        load_report_threshold: float = DEFAULT_REPORT_THRESHOLD,
+        load_report_interval_ms: int = DEFAULT_REPORT_INTERVAL_MS,
     ) -> None:
         """`group_protocol` "classic" runs a `ClassicWorkerClient` (Kafka's classic protocol with
         `connect_protocol` eager | compatible | sessioned and the session / heartbeat / delay
-        settings, which only it uses); "connect" (default) a `ConnectWorkerClient`."""
+        settings, which only it uses); "connect" (default) a `ConnectWorkerClient`.
+
+        `item_loads` (SPEC §13, `connect` only): the simulated load of each item, set in the SDK's
+        load table as the item starts (and changed with `set_item_loads` while it runs);
+        `capacity` and `rack` are declared to the coordinator."""
         if group_protocol not in ("connect", "classic"):
             raise ValueError(f"group_protocol must be connect or classic, got {group_protocol!r}")
+        if group_protocol == "classic" and (item_loads or capacity is not None or rack is not None):
+            raise ValueError("item loads, capacity and rack are the connect protocol's (SPEC §13), not classic's")
+        self.item_loads = item_loads if item_loads is not None else ItemLoadRules()
         self.name = name
         self.stop_delay_s = stop_delay_ms / 1000
         self.start_delay_s = start_delay_ms / 1000
@@ -113,6 +126,10 @@ class ReferenceWorker:
             push=push,
             pool=pool,
             on_change=lambda _c: self.write_status(),
+            capacity=capacity,
+            rack=rack,
+            load_report_threshold=load_report_threshold,
+            load_report_interval_ms=load_report_interval_ms,
         )
 
     # ---- the listener ----------------------------------------------------------------------------
@@ -122,6 +139,8 @@ class ReferenceWorker:
             await asyncio.sleep(self.start_delay_s)
         # Claim before the work starts: the status file never under-reports.
         self.running |= items
+        if self.item_loads and isinstance(self.client, ConnectWorkerClient):
+            self.client.loads.update(self.item_loads.loads(items))  # what the started items cost
         self.starts += len(items)
         self.write_status()
         log.info("%s: started %s", self.name, items)
@@ -140,6 +159,20 @@ class ReferenceWorker:
         self.write_status()
         log.info("%s: stopped %s (%s)", self.name, items, why)
 
+    def set_item_loads(self, rules: ItemLoadRules) -> None:
+        """New simulated loads (e.g. the --item-load-file changed): applied to what runs at once
+        (an item the rules no longer name loses its load); reported by the SDK's rules."""
+        self.item_loads = rules
+        client = self.client
+        if not isinstance(client, ConnectWorkerClient):
+            return
+        now = rules.loads(self.running)
+        for item in self.running.item_keys():
+            if item not in now:
+                client.loads.remove(item)
+        client.loads.update(now)
+        self.write_status()
+
     # ---- status ----------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -153,6 +186,9 @@ class ReferenceWorker:
             stops=self.stops,
             started_unix_s=self.started_unix_s,
         )
+        if isinstance(self.client, ConnectWorkerClient):
+            loads = self.client.loads.snapshot(only=self.running)
+            s["loads"] = {item_name(i): v for i, v in sorted(loads.items(), key=lambda kv: item_name(kv[0]))}
         return s
 
     def write_status(self) -> None:

@@ -6,6 +6,8 @@
                    [--metrics-listen HOST:PORT]
                    [--group-protocol classic|connect] [--connect-protocol eager|compatible|sessioned]
                    [--scheduled-rebalance-max-delay-ms N] [--session-timeout-ms N] [--heartbeat-interval-ms N]
+                   [--item-load ITEM=LOAD ...] [--item-load-file FILE] [--capacity C] [--rack R]
+                   [--load-report-threshold F] [--load-report-interval-ms N]
 
 --group-protocol (Kafka's group.protocol) chooses the rebalance protocol: `connect` (default), the
 coordinator-driven one, or `classic`, Kafka's JoinGroup / SyncGroup with Connect's embedded protocol,
@@ -27,6 +29,16 @@ With --simulate N the process runs N workers, each its own member; `{i}` in --st
 --instance-id and --url is replaced by the worker's index (--status-file must contain it, and
 --instance-id gets "-{i}" appended when it does not). Exit status: 0 after leaving, 1 if a worker
 hit a fatal error, 2 on bad arguments.
+
+Load-aware assignment (SPEC §13, the connect protocol): the reference worker's items cost what
+--item-load ITEM=LOAD says (repeatable; ITEM is `connector`, `connector-task`, or `connector-*` for
+each task of the connector; an exact task wins over `connector-*`) and what --item-load-file FILE
+says (the same lines, `#` comments allowed; re-read within a second when it changes, a bad new
+version is logged and the previous loads kept; --item-load wins for the items it names). An item's
+load is set when it starts and reported in the heartbeat by the SDK's rules (at once after a join,
+then only when some item moved by more than --load-report-threshold, 0.1, at most every
+--load-report-interval-ms, 30000). --capacity (> 0, default 1.0) and --rack (`{i}` is the worker's
+index) are declared on join. All simulated workers share the item loads.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import random
 import signal
 import sys
@@ -45,6 +58,14 @@ from services.common.operator import OperatorError, ensure_can_listen, one_line
 from services.common.tls import ClientTls, add_client_tls_flags
 from worker_sdk._assignors import parse_assignors, remote_only
 from worker_sdk._client import FatalError
+from worker_sdk._loads import (
+    DEFAULT_REPORT_INTERVAL_MS,
+    DEFAULT_REPORT_THRESHOLD,
+    ItemLoadFile,
+    check_capacity,
+    check_rack,
+    parse_item_load,
+)
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._reference import ReferenceWorker
 from worker_sdk._routing import ChannelPool, parse_bootstrap
@@ -117,8 +138,66 @@ def build_parser() -> argparse.ArgumentParser:
     )
     classic.add_argument("--session-timeout-ms", type=int, default=None, metavar="N", help="(default 10000)")
     classic.add_argument("--heartbeat-interval-ms", type=int, default=None, metavar="N", help="(default 3000)")
+    load = p.add_argument_group("load-aware assignment (SPEC §13; --group-protocol connect)")
+    load.add_argument(
+        "--item-load",
+        action="append",
+        default=[],
+        metavar="ITEM=LOAD",
+        help="the simulated load of an item (repeatable): ITEM is connector, connector-task or connector-* "
+        "(each task of the connector); LOAD a number >= 0",
+    )
+    load.add_argument(
+        "--item-load-file",
+        default=None,
+        metavar="FILE",
+        help="ITEM=LOAD lines (# comments); re-read when it changes, --item-load wins over it",
+    )
+    load.add_argument("--capacity", type=float, default=None, metavar="C", help="what this worker can take (> 0)")
+    load.add_argument("--rack", default=None, metavar="R", help="the worker's rack or zone ({i}: the worker's index)")
+    load.add_argument(
+        "--load-report-threshold",
+        type=float,
+        default=DEFAULT_REPORT_THRESHOLD,
+        metavar="F",
+        help="report loads when some item's moved by more than this fraction (default %(default)s)",
+    )
+    load.add_argument(
+        "--load-report-interval-ms",
+        type=int,
+        default=DEFAULT_REPORT_INTERVAL_MS,
+        metavar="N",
+        help="report loads at most this often (default %(default)s)",
+    )
     add_client_tls_flags(p, "CONNECT_WORKER_")
     return p
+
+
+def _load_settings(args: argparse.Namespace) -> ItemLoadFile | None:
+    """The load flags, checked (ValueError, one line naming the flag); None without loads."""
+    given = args.item_load or args.item_load_file or args.capacity is not None or args.rack is not None
+    if args.group_protocol == "classic" and given:
+        raise ValueError("--item-load, --item-load-file, --capacity, --rack: only with --group-protocol connect")
+    if args.capacity is not None:
+        try:
+            check_capacity(args.capacity)
+        except ValueError as e:
+            raise ValueError(f"--{e}") from None
+    if args.rack is not None:
+        try:
+            check_rack(args.rack)
+        except ValueError as e:
+            raise ValueError(f"--{e}") from None
+    if not (math.isfinite(args.load_report_threshold) and args.load_report_threshold >= 0):
+        raise ValueError(f"--load-report-threshold must be a finite number >= 0, got {args.load_report_threshold}")
+    if args.load_report_interval_ms < 0:
+        raise ValueError(f"--load-report-interval-ms must be >= 0, got {args.load_report_interval_ms}")
+    overrides: dict[str, float] = {}
+    for text in args.item_load:
+        overrides.update(parse_item_load(text))
+    if not args.item_load and not args.item_load_file:
+        return None
+    return ItemLoadFile(args.item_load_file, overrides)
 
 
 _CLASSIC_FLAGS = {
@@ -160,7 +239,7 @@ def _name(template: str, i: int, n: int, suffix_if_missing: bool) -> str:
     return f"{template}-{i}" if suffix_if_missing and n > 1 else template
 
 
-def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
+def build_workers(args: argparse.Namespace, load_source: ItemLoadFile | None = None) -> list[ReferenceWorker]:
     n = args.simulate
     if n < 1:
         raise ValueError("--simulate must be >= 1")
@@ -169,6 +248,9 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
     if n > 1 and args.status_file and "{i}" not in args.status_file:
         raise ValueError("with --simulate N > 1, --status-file must contain {i}")
     classic = _classic_settings(args)
+    if load_source is None:
+        load_source = _load_settings(args)
+    rules = load_source.rules if load_source is not None else None
     assignors = parse_assignors(args.assignors)
     remote = remote_only(assignors)
     if remote and not classic:
@@ -205,17 +287,45 @@ def build_workers(args: argparse.Namespace) -> list[ReferenceWorker]:
                 push=not args.no_push,
                 pool=pool,
                 group_protocol=args.group_protocol,
+                item_loads=rules,
+                capacity=args.capacity,
+                rack=_name(args.rack, i, n, False) if args.rack is not None else None,
+                load_report_threshold=args.load_report_threshold,
+                load_report_interval_ms=args.load_report_interval_ms,
                 **classic,
             )
         )
+
     if args.metrics_listen:
         host, _, port = args.metrics_listen.rpartition(":")
         start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
     return workers
 
 
+async def watch_item_load_file(source: ItemLoadFile, workers: list[ReferenceWorker], period_s: float = 1.0) -> None:
+    """Re-read --item-load-file when it changes and give every worker the new loads; a bad new
+    version is logged (one line) and the previous loads stay."""
+    error: str | None = None
+    while True:
+        await asyncio.sleep(period_s)
+        rules = source.poll()
+        if source.error is not None and source.error != error:
+            log.error("%s; keeping the previous loads", source.error)
+        error = source.error
+        if rules is not None:
+            log.info("--item-load-file %s changed: %d rules", source.path, len(rules.rules))
+            for w in workers:
+                w.set_item_loads(rules)
+
+
 async def run(args: argparse.Namespace) -> int:
-    workers = build_workers(args)
+    load_source = _load_settings(args)
+    workers = build_workers(args, load_source)
+    watcher = (
+        asyncio.ensure_future(watch_item_load_file(load_source, workers))
+        if load_source is not None and load_source.path is not None
+        else None
+    )
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
 
@@ -236,6 +346,8 @@ async def run(args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGINT, stop, False)
     loop.add_signal_handler(signal.SIGUSR1, stop, True)
     results = await asyncio.gather(*(w.run() for w in workers), return_exceptions=True)
+    if watcher is not None:
+        watcher.cancel()
     if stopping:
         await asyncio.gather(*stopping, return_exceptions=True)
     status = 0
