@@ -321,7 +321,7 @@ def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | N
     names = MemberNames(g.members)
     for h in g.held:
         names.learn(h.member_id, h.instance_id)
-    rows = [
+    rows: list[tuple[str | int, ...]] = [
         (
             member_name(m) or "-",
             m.url or "-",
@@ -334,8 +334,14 @@ def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | N
         )
         for m in g.members
     ]
+    columns: tuple[str, ...] = MEMBER_COLUMNS
+    if any(m.member_type == CLASSIC for m in g.members):
+        # Mid-migration (SPEC §12): who still runs the classic protocol.
+        at = MEMBER_COLUMNS.index("STATE") + 1
+        columns = (*MEMBER_COLUMNS[:at], "TYPE", *MEMBER_COLUMNS[at:])
+        rows = [(*r[:at], m.member_type or "connect", *r[at:]) for r, m in zip(rows, g.members, strict=True)]
     lines = [x for line in head for x in wrap(line, width)]
-    lines.append(table(rows, MEMBER_COLUMNS, width, keep=(0, 2)))
+    lines.append(table(rows, columns, width, keep=(0, 2)))
     why = [f"  group: {r}" for r in group_reasons(g, now_ms, names)]
     for m in g.members:
         why += [f"  {names(m.member_id)}: {r}" for r in member_reasons(m, now_ms, names)]
