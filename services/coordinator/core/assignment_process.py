@@ -343,9 +343,11 @@ class AssignmentProcess(CoreBase):
                 mid = group.static_members.get(iid, mid) if iid else mid
             tv = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
             new_target[mid] = tv
-            # Items that were in someone else's target (the current target's owner index).
+            # Items that were in someone else's target (the current target's owner index, read
+            # before any of the new entries is applied: each one changes that index).
             moved += sum(1 for key in tv.items.item_keys() if group.target_owner.get(key) not in (None, mid))
-            if targets.get(mid) != tv:
+        for mid, tv in new_target.items():
+            if tv is not targets.get(mid) and targets.get(mid) != tv:
                 sink.emit(TargetMember(gid, mid, tv))
         for mid in [m for m in group.target_members if m not in new_target]:
             sink.emit(TargetMember(gid, mid, None))
