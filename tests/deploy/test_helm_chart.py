@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from services.coordinator.core.config import ServerConfig
 from tests.e2e.test_prometheus import AssignorService
 from tests.fixtures.coordinator import REPO, Client, CoordinatorProcess
 from tests.fixtures.net import free_port
@@ -198,6 +199,33 @@ def test_coordinator_replicas_advertise_their_pod_names_and_share_partition_sett
     assert "group.coordinator.partitions=60" in props and "group.coordinator.lease.renew.interval.ms=500" in props
     with pytest.raises(helm.HelmError, match="leaseRenewIntervalMs"):
         render({"coordinator": {"leaseMs": 1000, "leaseRenewIntervalMs": 500}})
+
+
+def test_the_feature_flag_and_the_migration_policy_reach_the_server_config() -> None:
+    """SPEC §12: both protocols and the bidirectional policy by default; an operator narrows them
+    (a config the server then loads); the same keys under coordinator.config, a protocol or a policy
+    the server does not know, are refused naming the value to use."""
+
+    def props(values: dict[str, Any]) -> list[str]:
+        return named(render(values), "ConfigMap", "-coordinator")["data"]["server.properties"].splitlines()
+
+    default = props({})
+    assert "group.coordinator.rebalance.protocols=classic,connect" in default
+    assert "group.connect.migration.policy=bidirectional" in default
+    custom = props({"coordinator": {"rebalanceProtocols": ["connect"], "migrationPolicy": "downgrade"}})
+    assert "group.coordinator.rebalance.protocols=connect" in custom
+    assert "group.connect.migration.policy=downgrade" in custom
+    config = ServerConfig.from_properties({k: v for k, _, v in (line.partition("=") for line in custom)})
+    assert config.rebalance_protocols == ("connect",) and config.migration_policy == "downgrade"
+    for values, field in (
+        ({"coordinator": {"rebalanceProtocols": ["kafka"]}}, "rebalanceProtocols"),
+        ({"coordinator": {"rebalanceProtocols": []}}, "rebalanceProtocols"),
+        ({"coordinator": {"migrationPolicy": "sideways"}}, "migrationPolicy"),
+    ):
+        with pytest.raises(helm.HelmError, match=field):
+            render(values)
+    with pytest.raises(helm.HelmError, match=r"set coordinator\.migrationPolicy instead"):
+        render({"coordinator": {"config": {"group.connect.migration.policy": "upgrade"}}})
 
 
 def test_a_config_change_rolls_the_coordinator() -> None:
