@@ -7,6 +7,7 @@ two connectors, and a live view of the group. Ctrl-C stops everything cleanly.
     scripts/local_stack.py --no-view       # headless: no live view (tests, scripts)
     scripts/local_stack.py --group-protocol classic [--connect-protocol eager|compatible|sessioned]
                                            # the workers on Kafka's classic protocol (JoinGroup / SyncGroup)
+    scripts/local_stack.py --migration     # three classic workers rolled to connect one by one, then back
 
 Every run starts clean: a fresh database (./data/coordinator.db is replaced at start), so nothing a
 previous run left behind (a static worker's held work, a connector put by hand) carries over. A
@@ -75,6 +76,9 @@ CLASSIC_WORKER_FLAGS = (
     str(DEMO_DELAY_MS),
 )
 CLASSIC_SETTINGS = {"group.classic.initial.rebalance.delay.ms": "1000"}
+# --migration: a departed worker's work is held this long on both sides (the classic leader's flag,
+# the connect group's config), shorter than the demo's 10 s so that the roll plays in about a minute.
+MIGRATION_DELAY_MS = 3_000
 BIN = Path(sys.executable).parent
 
 
@@ -213,8 +217,19 @@ def view_text(
         f"connectors: {', '.join(f'{c.name} ({c.task_count} tasks)' for c in g.connectors)}", width
     )
     ours = {*workers, *statuses, *running, *exits}
-    rows = _rows(g, ours, running, exits, lambda m: m.instance_id, lambda m: Items.from_proto(m.pending))
-    lines += ["", admin_views.table(rows, VIEW_COLUMNS, width, keep=(0, 2))]
+    classic = [m for m in g.members if m.member_type == admin_views.CLASSIC]
+    # A group mid-migration (SPEC §12) has classic members, known by client id: name every member
+    # by instance or client id, and say who runs which protocol.
+    name_of = admin_views.member_name if classic else (lambda m: m.instance_id)
+    rows = _rows(g, ours, running, exits, name_of, lambda m: Items.from_proto(m.pending))
+    columns: tuple[str, ...] = VIEW_COLUMNS
+    if classic:
+        lines += admin_views.wrap(f"type connect, {len(classic)} of {len(g.members)} members still classic", width)
+        types = {admin_views.member_name(m): m.member_type or "connect" for m in g.members}
+        at = VIEW_COLUMNS.index("STATE") + 1
+        columns = (*VIEW_COLUMNS[:at], "TYPE", *VIEW_COLUMNS[at:])
+        rows = [(*r[:at], types.get(str(r[0]), "-"), *r[at:]) for r in rows]
+    lines += ["", admin_views.table(rows, columns, width, keep=(0, 2))]
     why = worker_reasons(g, statuses, now_ms) + exit_reasons(exits)
     if why:
         lines += ["", "WHY", *(x for line in why for x in admin_views.wrap(line, width))]
@@ -497,6 +512,9 @@ class Stack:
         self.procs: list[Proc] = []
         self.workers: dict[str, Proc] = {}
         self.stopping = False  # set by Ctrl-C / SIGTERM; the scenario's waits end at once
+        self.delay_ms = MIGRATION_DELAY_MS if args.migration else DEMO_DELAY_MS
+        self.protocols: dict[str, str] = {}  # each worker's --group-protocol
+        self.roll_ok = True  # --migration: nothing ran twice during the roll
 
     # ---- processes -----------------------------------------------------------------------------
 
@@ -526,7 +544,7 @@ class Stack:
             "--assignor-address",
             self.assignor.address,
         ]
-        settings = {**DEMO_SETTINGS, **(CLASSIC_SETTINGS if a.group_protocol == "classic" else {})}
+        settings = {**DEMO_SETTINGS, **(CLASSIC_SETTINGS if a.group_protocol == "classic" or a.migration else {})}
         for k, v in settings.items():
             cmd += ["--set", f"{k}={v}"]
         self.coordinator = self._spawn("coordinator", cmd, "listening on")
@@ -545,7 +563,7 @@ class Stack:
         self.admin.AlterConfigs(
             admin_pb2.AlterConfigsRequest(
                 group_id=GROUP,
-                set=[admin_pb2.ConfigEntry(name="scheduled.rebalance.max.delay.ms", value=str(DEMO_DELAY_MS))],
+                set=[admin_pb2.ConfigEntry(name="scheduled.rebalance.max.delay.ms", value=str(self.delay_ms))],
             ),
             timeout=10,
         )
@@ -561,7 +579,8 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str) -> Proc:
+    def start_worker(self, name: str, protocol: str | None = None) -> Proc:
+        protocol = protocol or self.args.group_protocol
         cmd = [
             str(BIN / "connect-worker"),
             "--coordinator",
@@ -575,7 +594,7 @@ class Stack:
             "--stop-delay-ms",
             "200",
         ]
-        if self.args.group_protocol == "classic":
+        if protocol == "classic":
             # No static membership in the classic protocol: the worker is known by its client id.
             cmd += [
                 "--client-id",
@@ -585,11 +604,15 @@ class Stack:
                 "--connect-protocol",
                 self.args.connect_protocol,
             ]
-            cmd += CLASSIC_WORKER_FLAGS
+            cmd += [*CLASSIC_WORKER_FLAGS[:-1], str(self.delay_ms)]
+        elif self.args.migration:
+            # Rolled from classic: a dynamic member known by its client id, as its classic self was.
+            cmd += ["--client-id", name]
         else:
             cmd += ["--instance-id", name]
         proc = self._spawn(name, cmd, None)
         self.workers[name] = proc
+        self.protocols[name] = protocol
         return proc
 
     def stop(self) -> None:
@@ -712,6 +735,148 @@ class Stack:
             + ("no rebalance." if after == before else "the epoch moved (metadata changed).")
         )
 
+    # ---- migration ---------------------------------------------------------------------------------
+
+    def migration(self) -> None:
+        """Issue 36's rolling upgrade as an operator does it: every worker in turn stopped (SIGTERM),
+        started again with --group-protocol connect, and the group watched until it runs everything
+        again; then the same roll back to classic. Every 0.2 s the workers' status files are read (a
+        consistent pass) and checked for an item on two workers; the items that moved are counted."""
+        roll = RollWatch()
+
+        def converged(g: admin_pb2.DescribedGroup, running: dict[str, Items], name: str = "") -> bool:
+            settled = g.group_state == "Stable" and sum(len(r) for r in running.values()) == group_total(g)
+            return settled and (not name or bool(running.get(name)))
+
+        def say(text: str) -> None:
+            self.narration.add(text)
+            if self.args.no_view:
+                print(f">>> {text}", flush=True)
+            else:
+                self.show("migration")
+            self.pause(2)
+
+        def watch(name: str, note: str) -> None:
+            """Until the group runs everything again (with `name` running work), checking all along."""
+            deadline = time.monotonic() + 90
+            shown = 0.0
+            while time.monotonic() < deadline:
+                running = self.consistent_running()
+                roll.observe(running)
+                if time.monotonic() - shown >= 1.0:
+                    self.show(note)
+                    shown = time.monotonic()
+                if converged(self.describe(), running, name):
+                    return
+                self.pause(0.2)
+            raise StartError(f"{note}: the group did not run everything again within 90 s (see {self.run_dir})")
+
+        names = sorted(self.workers)
+        say(
+            f"{len(names)} workers start on the classic protocol (connect-worker --group-protocol classic): "
+            "JoinGroup / SyncGroup, and the worker elected leader assigns with Connect's rules."
+        )
+        watch("", "waiting for the classic group to be Stable")
+        g = self.describe()
+        say(f"A classic group: generation {g.generation_id}, leader {admin_views.MemberNames(g.members)(g.leader_id)}.")
+        for direction, to in (("upgrade", "connect"), ("downgrade", "classic")):
+            say(
+                f"Rolling upgrade: one worker at a time, SIGTERM (it stops its work and leaves), then start it "
+                f"again with --group-protocol {to}."
+                if to == "connect"
+                else "Rolling back: the same roll, to --group-protocol classic."
+            )
+            for i, name in enumerate(names):
+                before = self.describe()
+                self.workers[name].stop()
+                self.start_worker(name, to)
+                watch(name, f"{name}: {self.protocols_line()}")
+                g = self.describe()
+                if g.group_type != before.group_type:
+                    say(self.conversion_line(direction, g))
+                    continue
+                classic = sum(m.member_type == admin_views.CLASSIC for m in g.members)
+                where = (
+                    f"generation {g.generation_id}"
+                    if g.group_type == admin_views.CLASSIC
+                    else f"epoch {g.group_epoch}"
+                    + (
+                        f"; {classic} classic worker{'s' if classic > 1 else ''} driven by the coordinator through "
+                        "their own JoinGroup / SyncGroup / Heartbeat"
+                        if classic
+                        else "; no classic worker left"
+                    )
+                )
+                say(f"{name} runs {to} ({i + 1} of {len(names)}); the group stays {g.group_type} at {where}.")
+        verdict = "none twice" if not roll.doubles else f"RUNS TWICE: {'; '.join(roll.doubles[:3])}"
+        say(f"Roll done, both ways: {roll.moves} items moved across the whole roll, {roll.checks} checks, {verdict}.")
+        self.roll_ok = not roll.doubles
+
+    def protocols_line(self) -> str:
+        return ", ".join(f"{n} {self.protocols[n]}" for n in sorted(self.protocols))
+
+    def conversion_line(self, direction: str, g: admin_pb2.DescribedGroup) -> str:
+        """The conversion just seen, from its event (group_upgraded / group_downgraded: generation and
+        epoch at the conversion)."""
+        kind = f"group_{direction}d"
+        details: dict[str, Any] = {}
+        with contextlib.suppress(grpc.RpcError, ValueError):
+            after = 0
+            while True:
+                req = admin_pb2.ListGroupEventsRequest(group_id=GROUP, after_event_id=after, max_events=1000)
+                resp = self.admin.ListGroupEvents(req, timeout=5)
+                if not resp.events:
+                    break
+                details = next((json.loads(e.details_json) for e in resp.events if e.event == kind), details)
+                after = resp.next_event_id
+        generation, epoch = details.get("generation", "?"), details.get("epoch", "?")
+        if direction == "upgrade":
+            return (
+                f"The first connect worker converted the group ({kind}): classic generation {generation} "
+                f"became group epoch {epoch}, then its join bumped it (now {g.group_epoch}); the classic "
+                "workers kept what they ran, and the coordinator's assignor now assigns."
+            )
+        return (
+            f"The last connect worker left: the group is classic again ({kind}): epoch {epoch} became "
+            f"generation {generation}, each worker holding its target; a classic rebalance followed (now "
+            f"generation {g.generation_id}, leader {admin_views.MemberNames(g.members)(g.leader_id)})."
+        )
+
+    def consistent_running(self) -> dict[str, Items]:
+        """What each live worker says it runs, read as one picture: two passes over the status files
+        in which none changed (a worker that stops one item and another that starts it are never
+        read out of order)."""
+        first = self.statuses()
+        for _ in range(50):
+            second = self.statuses()
+            if {n: d.get("seq") for n, d in first.items()} == {n: d.get("seq") for n, d in second.items()}:
+                break
+            first = second
+            time.sleep(0.005)
+        return self.running(second)
+
+
+class RollWatch:
+    """What the migration roll saw: items on two workers at one check, and items that moved (started
+    on a worker other than the last one that ran them)."""
+
+    def __init__(self) -> None:
+        self.last_on: dict[Any, str] = {}
+        self.now_on: dict[Any, str] = {}
+        self.moves = 0
+        self.checks = 0
+        self.doubles: list[str] = []
+
+    def observe(self, running: dict[str, Items]) -> None:
+        owner, doubles = twice(running)
+        self.doubles += doubles
+        for key, name in owner.items():
+            if self.now_on.get(key) != name and self.last_on.get(key) not in (None, name):
+                self.moves += 1
+            self.last_on[key] = name
+        self.now_on = owner
+        self.checks += 1
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -736,10 +901,24 @@ def main() -> int:
         default=None,
         help="with --group-protocol classic: Connect's connect.protocol (default sessioned)",
     )
+    ap.add_argument(
+        "--migration",
+        action="store_true",
+        help="start the workers on the classic protocol, roll them to connect one by one, then back (narrated)",
+    )
     args = ap.parse_args()
-    if args.connect_protocol is not None and args.group_protocol != "classic":
-        print("local stack: --connect-protocol: only with --group-protocol classic", file=sys.stderr)
+    if args.migration and (args.scenario or args.group_protocol != "connect"):
+        print(
+            "local stack: --migration plays its own roll (classic workers rolled to connect and back); "
+            "run it without --scenario and --group-protocol",
+            file=sys.stderr,
+        )
         return 2
+    if args.connect_protocol is not None and args.group_protocol != "classic" and not args.migration:
+        print("local stack: --connect-protocol: only with --group-protocol classic or --migration", file=sys.stderr)
+        return 2
+    if args.migration:
+        args.group_protocol = "classic"  # where the roll starts
     args.connect_protocol = args.connect_protocol or "sessioned"
     if args.scenario and args.group_protocol == "classic":
         print(
@@ -776,6 +955,14 @@ def main() -> int:
         if args.scenario:
             with contextlib.suppress(Stopped):
                 stack.scenario()
+        if args.migration:
+            try:
+                with contextlib.suppress(Stopped):
+                    stack.migration()
+            except StartError as e:
+                print(f"local stack: {e}", file=sys.stderr)
+                return 1
+            ok = stack.roll_ok
         started = time.monotonic()
         with contextlib.suppress(Stopped):
             while args.duration is None or time.monotonic() - started < args.duration:
