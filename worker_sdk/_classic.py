@@ -263,6 +263,8 @@ class ClassicMember:
         self._rejoin_at: int | None = None  # the answer's delay
         self._sync_request: classic_pb2.SyncGroupRequest | None = None
         self._alive_ms: int | None = None  # the coordinator knew us alive at this time
+        # The last JoinGroup answer came from a `connect` group (no leader: SPEC §12 rule 3).
+        self._converted = False
         self._safety_tripped = False
         self._effect: Effect | None = None
         self._lose_all = False
@@ -337,10 +339,16 @@ class ClassicMember:
 
     def safety_deadline_ms(self) -> int | None:
         """When all work is stopped if nothing proves the membership alive before (None: not
-        running, or a JoinGroup / SyncGroup waits, which keeps the member alive)."""
+        running, or a JoinGroup / SyncGroup waits in a classic group, whose coordinator keeps a waiting
+        member alive -- not in a `connect` group (SPEC §12 rule 3: its last answer named no leader),
+        which answers them at once and fences a member that does not rejoin or sync in time)."""
         if self._alive_ms is None or self._safety_tripped:
             return None
-        if self._control is not None and self._control.kind in (RequestKind.JOIN, RequestKind.SYNC):
+        if (
+            self._control is not None
+            and self._control.kind in (RequestKind.JOIN, RequestKind.SYNC)
+            and not self._converted
+        ):
             return None
         if not (self.owned or self._target):
             return None
@@ -652,7 +660,8 @@ class ClassicMember:
             self._common_error("JoinGroup", code, response.error_message, now_ms)
             return
         self._failures = 0
-        self._alive_ms = now_ms
+        self._converted = not response.leader  # a `connect` group answered (SPEC §12 rule 3)
+        self._alive_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
         self.member_id = response.member_id or self.member_id
         self.generation = response.generation_id
@@ -680,6 +689,14 @@ class ClassicMember:
                 request.assignments.add(member_id=mid, assignment=data)
         self._sync_request = request
         self._set_state(now_ms, ClassicState.SYNCING, f"joined generation {self.generation}")
+
+    def _alive_since(self, out: ClassicRequest, now_ms: int) -> int:
+        """Since when a JoinGroup / SyncGroup answer proves the member alive: a classic coordinator
+        re-arms the session when it releases a waiting call (about now); a `connect` group's, when the
+        call arrived -- after it was sent, which is all the member knows (as for a heartbeat)."""
+        if self._converted:
+            return max(self._alive_ms or 0, out.sent_ms)
+        return now_ms
 
     def _lead(self, response: classic_pb2.JoinGroupResponse, now_ms: int) -> dict[str, bytes] | None:
         """WorkerCoordinator.onLeaderElected: every member's encoded assignment, or None if a member's
@@ -758,7 +775,7 @@ class ClassicMember:
             self._set_state(now_ms, ClassicState.JOINING, "assignment not understood")
             return
         self._failures = 0
-        self._alive_ms = now_ms
+        self._alive_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
         self._sync_request = None
         self.leader_id, self.leader_url = a.leader, a.leader_url

@@ -649,7 +649,8 @@ def test_bad_input_sync_group_for_a_member_converted_a_moment_ago(m: Migration) 
     stale = m.sync(m1, generation - 1)
     assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
     leader_style = m.sync(m1, generation, {m1: b"", m2: b""})
-    assert leader_style.error_code == ErrorCode.INVALID_REQUEST and "assignments" in leader_style.error_message
+    # (in band and retriable: INVALID_REQUEST stopped the last classic leader for good -- found by the simulator)
+    assert leader_style.error_code == ErrorCode.REBALANCE_IN_PROGRESS and "assignments" in leader_style.error_message
     assert m.sync(c, generation).error_code == ErrorCode.UNKNOWN_MEMBER_ID  # a connect member
     assert m.sync(m1, generation, protocol_name="default").error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     synced = m.sync(m1, generation)

@@ -1075,6 +1075,14 @@ class ClassicGroups(CoreBase):
                 ErrorCode.UNKNOWN_MEMBER_ID,
                 f"member '{mid}' of group '{gid}' uses the {GROUP_TYPE} protocol (ConnectGroupHeartbeat), not JoinGroup",
             )
+        if member is None and mid in group.held:
+            # Fenced, its work held until its session would have expired: it must stop that work,
+            # which a rejoin under the same id would not make it do (nothing it runs is its own any more).
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member '{clip(mid)}' of group '{gid}' was fenced and its work is held: "
+                "stop it and rejoin (JoinGroup) without a member id",
+            )
         policy = self.migration_policy(group)
         if member is None and policy == POLICY_DISABLED:
             raise ApiError(
@@ -1187,9 +1195,12 @@ class ClassicGroups(CoreBase):
                     f"{name} '{clip(value)}' is not the member's ('{ours}') at epoch {member.member_epoch}",
                 )
         if req.assignments:
-            raise invalid(
-                f"assignments: group '{group.group_id}' uses the {GROUP_TYPE} protocol, whose coordinator assigns; "
-                f"member '{member.member_id}' is not a leader"
+            # The leader of the last classic generation, answered before the group was upgraded: in
+            # band and retriable (INVALID_REQUEST would stop the worker for good), nothing changes.
+            raise ApiError(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                f"group '{group.group_id}' was upgraded to the {GROUP_TYPE} protocol, whose coordinator assigns: "
+                f"member '{member.member_id}' leads no generation and its assignments are ignored; rejoin (JoinGroup)",
             )
         gid = group.group_id
         self.timer.cancel(TimerKey(TimerKind.CLASSIC_SYNC, gid, member.member_id))
