@@ -13,6 +13,7 @@ import itertools
 import math
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -264,3 +265,26 @@ def test_racks_spread_a_connectors_tasks() -> None:
         per_rack[m.meta.rack] = per_rack.get(m.meta.rack, 0) + len(m.current.assigned.tasks)
     assert per_rack == {"a": 3, "b": 3}
     _ = common_pb2  # (the module's messages are built through the harness)
+
+
+def test_the_ratio_gauge_shows_the_highest_groups_only() -> None:
+    """/metrics: connect_coordinator_group_load_ratio{group} for at most LOAD_RATIO_GROUPS groups
+    (the highest), and the highest of all; 0 without loads."""
+    from services.coordinator.runtime.metrics import LOAD_RATIO_GROUPS, _GroupCollector
+
+    w, _ = skewed_world()
+    state = w.ctx.coordinator.state
+    families = {f.name: f for f in _GroupCollector(lambda: state).collect()}
+    assert [s.value for s in families["connect_coordinator_group_load_ratio_max"].samples] == [0.0]
+    assert families["connect_coordinator_group_load_ratio"].samples == []
+    w.run(8_000)
+    g = w.ctx.group()
+    for i in range(LOAD_RATIO_GROUPS + 5):  # more groups with loads than the gauge names
+        clone = replace(g, group_id=f"g{i:02d}")
+        clone.load_watch = replace(g.load_watch, ratio=1.0 + i / 100)
+        state.groups[clone.group_id] = clone
+    families = {f.name: f for f in _GroupCollector(lambda: state).collect()}
+    named = {s.labels["group"]: s.value for s in families["connect_coordinator_group_load_ratio"].samples}
+    assert len(named) == LOAD_RATIO_GROUPS and named["g"] == pytest.approx(2.5)
+    assert "g00" not in named and "g14" in named
+    assert [s.value for s in families["connect_coordinator_group_load_ratio_max"].samples] == [pytest.approx(2.5)]

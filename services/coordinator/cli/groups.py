@@ -100,10 +100,10 @@ def _describe(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminSt
 
 def _connectors(args: argparse.Namespace, stub: admin_pb2_grpc.ConnectGroupAdminStub) -> int:
     if args.action == "put":
-        resp = stub.PutConnector(
-            admin_pb2.PutConnectorRequest(group_id=args.group, connector=args.name, task_count=args.tasks),
-            timeout=args.timeout,
-        )
+        request = admin_pb2.PutConnectorRequest(group_id=args.group, connector=args.name, task_count=args.tasks)
+        if args.task_weight is not None:
+            request.task_weight = args.task_weight
+        resp = stub.PutConnector(request, timeout=args.timeout)
     else:
         resp = stub.DeleteConnector(
             admin_pb2.DeleteConnectorRequest(group_id=args.group, connector=args.name), timeout=args.timeout
@@ -351,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("group")
     put.add_argument("name")
     put.add_argument("--tasks", type=int, required=True)
+    put.add_argument(
+        "--task-weight",
+        type=float,
+        metavar="W",
+        help="each task's weight while no load is reported for it (SPEC §13; default: kept, 1.0 for a new connector)",
+    )
     dele = command(csub, "delete")
     dele.add_argument("group")
     dele.add_argument("name")

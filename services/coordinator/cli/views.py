@@ -304,7 +304,29 @@ def group_reasons(
 
 
 def _connectors_line(g: admin_pb2.DescribedGroup) -> str:
-    return f"CONNECTORS {', '.join(f'{c.name}({c.task_count} tasks)' for c in g.connectors) or '-'}"
+    def one(c: common_pb2.ConnectorSpec) -> str:
+        weight = f", weight {c.task_weight:g}" if c.HasField("task_weight") else ""  # (SPEC §13)
+        return f"{c.name}({c.task_count} tasks{weight})"
+
+    return f"CONNECTORS {', '.join(map(one, g.connectors)) or '-'}"
+
+
+def _with_loads(
+    g: admin_pb2.DescribedGroup, rows: list[tuple[str | int, ...]], columns: tuple[str, ...]
+) -> tuple[list[tuple[str | int, ...]], tuple[str, ...]]:
+    """SPEC §13: LOAD, CAP and RACK after STATE (and TYPE) when some member reports a load, a
+    capacity or a rack; the table is as before otherwise."""
+    if not any(m.load or m.rack or m.capacity not in (0.0, 1.0) for m in g.members):
+        return rows, columns
+    at = columns.index("TYPE" if "TYPE" in columns else "STATE") + 1
+    extra = [(f"{m.load:.4g}", f"{m.capacity or 1.0:g}", m.rack or "-") for m in g.members]
+    return [(*r[:at], *x, *r[at:]) for r, x in zip(rows, extra, strict=True)], (
+        *columns[:at],
+        "LOAD",
+        "CAP",
+        "RACK",
+        *columns[at:],
+    )
 
 
 def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | None = None) -> str:
@@ -315,7 +337,8 @@ def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | N
     head = [
         f"GROUP {g.group_id}  state={g.group_state}  group_epoch={g.group_epoch}  "
         f"assignment_epoch={g.assignment_epoch}  assignor={g.assignor_name or '-'}  "
-        f"target_computed_by={g.target_computed_by or '-'}  config_offset={g.config_offset}",
+        f"target_computed_by={g.target_computed_by or '-'}  config_offset={g.config_offset}"
+        + (f"  load_ratio={g.load_ratio:.3f}" if g.load_ratio else ""),
         _connectors_line(g),
     ]
     names = MemberNames(g.members)
@@ -340,6 +363,7 @@ def render_group(g: admin_pb2.DescribedGroup, now_ms: int | None, width: int | N
         at = MEMBER_COLUMNS.index("STATE") + 1
         columns = (*MEMBER_COLUMNS[:at], "TYPE", *MEMBER_COLUMNS[at:])
         rows = [(*r[:at], m.member_type or "connect", *r[at:]) for r, m in zip(rows, g.members, strict=True)]
+    rows, columns = _with_loads(g, rows, columns)
     lines = [x for line in head for x in wrap(line, width)]
     lines.append(table(rows, columns, width, keep=(0, 2)))
     why = [f"  group: {r}" for r in group_reasons(g, now_ms, names)]

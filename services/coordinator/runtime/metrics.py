@@ -32,6 +32,8 @@ CLASSIC_STATE_LABELS = {
 # The *_created series double the exposition size and carry nothing an operator needs here.
 disable_created_metrics()
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# connect_coordinator_group_load_ratio{group}: the groups with the highest load ratio, at most this many.
+LOAD_RATIO_GROUPS = 10
 SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -72,6 +74,22 @@ class _GroupCollector(Collector):
             [], sum(len(g.members) + (len(g.classic.members) if g.classic is not None else 0) for g in groups)
         )
         yield members
+        # SPEC §13: each group's max / mean load ratio as the load watch last sampled it -- only the
+        # LOAD_RATIO_GROUPS highest (a bounded number of group labels), and the highest of all.
+        sampled = sorted(((g.load_watch.ratio, g.group_id) for g in groups if g.load_watch.ratio > 0), reverse=True)
+        top = GaugeMetricFamily(
+            f"{PREFIX}_group_load_ratio",
+            f"Max over mean of load / capacity, for the {LOAD_RATIO_GROUPS} groups with loads whose ratio is highest.",
+            labels=["group"],
+        )
+        for ratio, gid in sampled[:LOAD_RATIO_GROUPS]:
+            top.add_metric([gid], ratio)
+        yield top
+        highest = GaugeMetricFamily(
+            f"{PREFIX}_group_load_ratio_max", "The highest max over mean load ratio of any group (0: no loads)."
+        )
+        highest.add_metric([], sampled[0][0] if sampled else 0.0)
+        yield highest
 
 
 class RpcMetrics(Collector):
