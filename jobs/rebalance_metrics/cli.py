@@ -106,7 +106,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--full", action="store_true", help="ignore the checkpoint: recompute and rewrite everything")
     run.add_argument("--shuffle-partitions", type=int, default=None, help="spark.sql.shuffle.partitions")
+    run.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="another run to compare in the report (repeatable): an earlier run's output folder, or a "
+        "database URL (the job runs over it into DIR/compare/LABEL first)",
+    )
+    run.add_argument("--label", default="this run", help="this run's name in the report's comparison")
     return parser
+
+
+def parse_compare(values: Sequence[str]) -> dict[str, str]:
+    """--compare LABEL=PATH values by label; a bad one is a SourceError naming it."""
+    from jobs.rebalance_metrics.source import SourceError
+
+    out: dict[str, str] = {}
+    for v in values:
+        label, sep, path = v.partition("=")
+        if not sep or not label.strip() or not path.strip():
+            raise SourceError(f"--compare: expected LABEL=PATH (an output folder or a database URL), got {v!r}")
+        if label in out:
+            raise SourceError(f"--compare: label {label!r} given twice")
+        out[label] = path
+    return out
 
 
 def build_session(
@@ -184,6 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_session = SparkSession.getActiveSession() is None
     try:
         parse_database_url(args.database)  # fail fast, before the JVM starts
+        compare = parse_compare(args.compare)
+        for label, target in compare.items():
+            if "://" in target:
+                parse_database_url(target)
+            elif not Path(target).is_dir():
+                raise SourceError(f"--compare {label}: {target} is neither a database URL nor an output folder")
+        if compare and args.report is None:
+            raise SourceError("--compare needs --report FILE.html (the comparison is a section of the report)")
         started = time.monotonic()
         spark = build_session(args.master, args.shuffle_partitions)
         jvm_s = time.monotonic() - started
@@ -199,7 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report is not None:
             from jobs.rebalance_metrics.report import write_report
 
-            write_report(spark, args.output, args.report)
+            others: dict[str, Path] = {}
+            for label, target in compare.items():
+                if "://" in target:
+                    others[label] = args.output / "compare" / re.sub(r"[^A-Za-z0-9._-]", "_", label)
+                    job.run(spark, target, others[label])
+                else:
+                    others[label] = Path(target)
+            write_report(spark, args.output, args.report, others or None, args.label)
         job.report_quality(stats.quality, args.output)
         kind = "full" if stats.full else "incremental"
         print(

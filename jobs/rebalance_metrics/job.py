@@ -117,8 +117,11 @@ def run(spark: SparkSession, database_url: str, out: Path, *, full: bool = False
         _write_checkpoint(out, {"version": 1, "database": db.display, "last_event_id": 0, "rewrite_from_date": None})
         return RunStats(0, True, 0, {})
 
-    raw = source.read_events(spark, db, b)
-    result = compute(raw)
+    present = source.table_columns(spark, db)
+    raw = source.read_events(spark, db, b, present=present)
+    # Who the members are comes from their joins: an incremental run reads the earlier ones too.
+    earlier = source.read_joins(spark, db, b.min_id, present) if incremental and b.min_id else None
+    result = compute(raw, earlier)
     timings = dict(result.timings)
     rewrite_from = dt.date.fromisoformat(state["rewrite_from_date"]) if state else None
     for name, df in result.tables.items():

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.rebalance_metrics.job import read_table
@@ -24,6 +24,9 @@ TOP_CONNECTORS = 20
 # Time-to-stable buckets (upper bounds, ms), then "more".
 TTS_BUCKETS = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000)
 MOVES_MAX = 20
+SLOWEST = 15
+PLANNED_COLORS = {"planned": "#59a14f", "unplanned": "#e15759"}
+COMPARE_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
 CAUSE_COLORS = {
     "moved": "#4e79a7",
     "member_left": "#59a14f",
@@ -84,11 +87,13 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
     superseded (orange), or open (grey)."""
     if not lanes:
         return '<p class="empty">no epochs yet</p>'
-    width, left, lane_h = 940, 150, 26
+    lane_h = 26
+    left = 12 + int(6.2 * max(len(g) for g in lanes))
+    width = left + 790
     t0 = min(e["bumped_at"] for es in lanes.values() for e in es)
     t1 = max((e["end"] for es in lanes.values() for e in es), default=t0 + 1)
     span = max(t1 - t0, 1)
-    height = lane_h * len(lanes) + 30
+    height = lane_h * len(lanes) + 46
 
     def x(t: int) -> float:
         return left + (t - t0) / span * (width - left - 10)
@@ -96,7 +101,7 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
     body: list[str] = []
     for i, (gid, es) in enumerate(sorted(lanes.items())):
         y = 8 + i * lane_h
-        body.append(f'<text x="4" y="{y + 14}">{_esc(gid[:22])}</text>')
+        body.append(f'<text x="4" y="{y + 14}">{_esc(gid)}</text>')
         body.append(f'<line x1="{left}" x2="{width - 10}" y1="{y + 10}" y2="{y + 10}" stroke="#eee"/>')
         for e in es:
             color = "#59a14f" if e["stable_at"] is not None else ("#f28e2b" if e["superseded"] else "#bab0ac")
@@ -108,7 +113,8 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
                 f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 1.5):.1f}" height="14" fill="{color}" '
                 f'stroke="#fff" stroke-width="0.5"><title>{_esc(tip)}</title></rect>'
             )
-    y = height - 8
+    y = height - 24
+    body.append(f'<text x="{(left + width) / 2:.1f}" y="{height - 6}" text-anchor="middle">time (UTC)</text>')
     for frac in (0, 0.5, 1):
         t = t0 + int(span * frac)
         label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%m-%d %H:%M:%S")
@@ -119,11 +125,54 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
     )
 
 
-def bars_svg(labels: Sequence[str], series: Mapping[str, Sequence[float]], colors: dict[str, str], unit: str) -> str:
-    """Vertical (stacked) bars, one per label."""
+def hbars_svg(
+    labels: Sequence[str], series: Mapping[str, Sequence[float]], colors: dict[str, str], x_title: str
+) -> str:
+    """Horizontal (stacked) bars, one per label, each label written in full (the label column is as
+    wide as the longest one): long connector names are not cut off."""
     if not labels or not any(v for vals in series.values() for v in vals):
         return '<p class="empty">no data</p>'
-    width, height, left, bottom = 940, 280, 50, 60
+    left = 12 + int(6.2 * max(len(x) for x in labels))
+    plot, row_h = 640, 20
+    width, height = left + plot + 20, row_h * len(labels) + 46
+    totals = [sum(vals[i] for vals in series.values()) for i in range(len(labels))]
+    top = max(totals) or 1
+    body: list[str] = []
+    axis_y = row_h * len(labels) + 6
+    body.append(f'<line x1="{left}" x2="{left + plot}" y1="{axis_y}" y2="{axis_y}" stroke="#999"/>')
+    for frac in (0, 0.5, 1.0):
+        x = left + frac * plot
+        body.append(f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{top * frac:.4g}</text>')
+    body.append(f'<text x="{left + plot / 2:.1f}" y="{axis_y + 32}" text-anchor="middle">{_esc(x_title)}</text>')
+    for i, label in enumerate(labels):
+        y = 4 + i * row_h
+        body.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_esc(label)}</text>')
+        base = float(left)
+        for name, vals in series.items():
+            v = vals[i]
+            if v <= 0:
+                continue
+            w = v / top * plot
+            body.append(
+                f'<rect x="{base:.1f}" y="{y + 2}" width="{max(w, 1):.1f}" height="{row_h - 5}" fill="{colors[name]}">'
+                f"<title>{_esc(label)}: {_esc(name)} {v:.4g} ({_esc(x_title)})</title></rect>"
+            )
+            base += w
+    legend = _legend(colors) if len(series) > 1 else ""
+    return legend + _svg(width, height, body, x_title)
+
+
+def bars_svg(
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    colors: dict[str, str],
+    unit: str,
+    x_title: str = "",
+) -> str:
+    """Vertical (stacked) bars, one per label; `unit` titles the y axis, `x_title` the x axis."""
+    if not labels or not any(v for vals in series.values() for v in vals):
+        return '<p class="empty">no data</p>'
+    width, height, left, bottom = 940, 300, 64, 80
     totals = [sum(vals[i] for vals in series.values()) for i in range(len(labels))]
     top = max(totals) or 1
     bw = (width - left - 10) / len(labels)
@@ -146,7 +195,15 @@ def bars_svg(labels: Sequence[str], series: Mapping[str, Sequence[float]], color
             base -= h
         body.append(
             f'<text x="{left + (i + 0.5) * bw:.1f}" y="{height - bottom + 14}" text-anchor="middle" '
-            f'transform="rotate(20 {left + (i + 0.5) * bw:.1f} {height - bottom + 14})">{_esc(label[:24])}</text>'
+            f'transform="rotate(20 {left + (i + 0.5) * bw:.1f} {height - bottom + 14})">{_esc(label)}</text>'
+        )
+    mid = (height - bottom) / 2
+    body.append(
+        f'<text x="12" y="{mid:.1f}" text-anchor="middle" transform="rotate(-90 12 {mid:.1f})">{_esc(unit)}</text>'
+    )
+    if x_title:
+        body.append(
+            f'<text x="{left + (width - left) / 2:.1f}" y="{height - 6}" text-anchor="middle">{_esc(x_title)}</text>'
         )
     legend = _legend(colors) if len(series) > 1 else ""
     return legend + _svg(width, height, body, unit)
@@ -240,6 +297,24 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
         .collect()
     )
     quality = dq.groupBy("check").agg(F.sum("events").alias("n")).orderBy("check").collect()
+    planned = (
+        gs.groupBy("group_id")
+        .agg(
+            F.sum("planned_task_downtime_s").alias("planned"),
+            F.sum("unplanned_task_downtime_s").alias("unplanned"),
+        )
+        .filter((F.col("planned") > 0) | (F.col("unplanned") > 0))
+        .orderBy(F.desc(F.col("planned") + F.col("unplanned")), "group_id")
+        .limit(TOP_CONNECTORS)
+        .collect()
+    )
+    by_cause = (
+        dtm.filter(F.col("downtime_ms").isNotNull())
+        .groupBy("planned", "cause")
+        .agg(F.count("*").alias("intervals"), F.sum("downtime_ms").alias("ms"))
+        .orderBy(F.desc("planned"), "cause")
+        .collect()
+    )
     totals = ge.agg(
         F.count("*").alias("epochs"), F.min("bumped_at").alias("t0"), F.max("bumped_at").alias("t1")
     ).first()
@@ -251,6 +326,96 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
         "summary": [r.asDict() for r in summary],
         "quality": [(r["check"], r["n"]) for r in quality],
         "totals": totals.asDict() if totals is not None else {},
+        "slowest": slowest(ge, dtm),
+        "planned": [(r["group_id"], float(r["planned"] or 0), float(r["unplanned"] or 0)) for r in planned],
+        "by_cause": [(r["planned"], r["cause"], r["intervals"], r["ms"]) for r in by_cause],
+    }
+
+
+def worker(instance_id: str | None, url: str | None, member_id: str | None) -> str:
+    """A worker as an operator knows it: its instance id and URL; its member id only without them."""
+    parts = [p for p in (instance_id, url) if p]
+    return " ".join(parts[:1] + [f"({p})" for p in parts[1:]]) if parts else (member_id or "")
+
+
+def slowest(ge: DataFrame, dtm: DataFrame, n: int = SLOWEST) -> list[dict[str, Any]]:
+    """The `n` rebalances that took longest to become stable, with the workers that lost or gained
+    work in them (the downtime intervals their assignment ended) and that task downtime."""
+    top = (
+        ge.filter(F.col("time_to_stable_ms").isNotNull())
+        .orderBy(F.desc("time_to_stable_ms"), "group_id", "group_epoch")
+        .limit(n)
+        .collect()
+    )
+    if not top:
+        return []
+    keys = {(r["group_id"], r["group_epoch"]) for r in top}
+    cond = F.lit(False)
+    for gid, epoch in sorted(keys):
+        cond = cond | ((F.col("group_id") == gid) & (F.col("group_epoch") == epoch))
+    involved: dict[tuple[str, int], set[str]] = {k: set() for k in keys}
+    down: dict[tuple[str, int], float] = dict.fromkeys(keys, 0.0)
+    rows = (
+        dtm.filter(cond)
+        .groupBy("group_id", "group_epoch", "from_instance_id", "from_url", "from_member_id")
+        .agg(
+            F.collect_set(F.struct("to_instance_id", "to_url", "to_member_id")).alias("to"),
+            F.sum(F.when(F.col("item").rlike("-[0-9]+$"), F.col("downtime_ms"))).alias("task_ms"),
+        )
+        .collect()
+    )
+    for r in rows:
+        k = (r["group_id"], r["group_epoch"])
+        if r["from_member_id"] is not None:
+            involved[k].add(worker(r["from_instance_id"], r["from_url"], r["from_member_id"]))
+        involved[k].update(worker(t["to_instance_id"], t["to_url"], t["to_member_id"]) for t in r["to"])
+        down[k] += (r["task_ms"] or 0) / 1000
+    return [
+        {
+            **r.asDict(),
+            "trigger": worker(r["trigger_instance_id"], r["trigger_url"], r["trigger_member_id"]),
+            "workers": sorted(w for w in involved[(r["group_id"], r["group_epoch"])] if w),
+            "task_down_s": down[(r["group_id"], r["group_epoch"])],
+        }
+        for r in top
+    ]
+
+
+def figures(spark: SparkSession, out: Path) -> dict[str, Any]:
+    """One run's totals, for comparing runs (the report's comparison section, bench harnesses):
+    task-seconds of downtime (all, planned, unplanned), items stopped (downtime intervals of items
+    that had been running: moved, left, lost), items moved (revoked from a live member or
+    reassigned from a departed one), epochs, rebalances, time to stable (p50, p95, max, ms)."""
+    ge = read_table(spark, out, "group_epochs")
+    dtm = read_table(spark, out, "item_downtime")
+    gs = read_table(spark, out, "group_summary")
+    s = gs.agg(
+        F.sum("task_downtime_s").alias("task_seconds_down"),
+        F.sum("planned_task_downtime_s").alias("planned_task_seconds_down"),
+        F.sum("unplanned_task_downtime_s").alias("unplanned_task_seconds_down"),
+        F.sum("epochs").alias("epochs"),
+        F.sum("rebalances").alias("rebalances"),
+    ).first()
+    assert s is not None  # (an aggregate without grouping: one row)
+    e = ge.agg(
+        F.sum(F.col("moved_items") + F.col("reassigned_items")).alias("items_moved"),
+        F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY time_to_stable_ms)").alias("p50"),
+        F.expr("percentile_disc(0.95) WITHIN GROUP (ORDER BY time_to_stable_ms)").alias("p95"),
+        F.max("time_to_stable_ms").alias("max"),
+    ).first()
+    assert e is not None
+    stopped = dtm.filter(F.col("cause").isin("moved", "member_left", "member_lost")).count()
+    return {
+        "task_seconds_down": float(s["task_seconds_down"] or 0),
+        "planned_task_seconds_down": float(s["planned_task_seconds_down"] or 0),
+        "unplanned_task_seconds_down": float(s["unplanned_task_seconds_down"] or 0),
+        "items_stopped": int(stopped),
+        "items_moved": int(e["items_moved"] or 0),
+        "epochs": int(s["epochs"] or 0),
+        "rebalances": int(s["rebalances"] or 0),
+        "p50_time_to_stable_ms": e["p50"],
+        "p95_time_to_stable_ms": e["p95"],
+        "max_time_to_stable_ms": e["max"],
     }
 
 
@@ -282,20 +447,91 @@ def render(data: dict[str, Any], generated_at: dt.datetime | None = None) -> str
         _chart(
             "time-to-stable",
             "Time to stable (bump to every member at the new assignment)",
-            bars_svg(tts_labels, {"epochs": tts_vals}, {"epochs": "#4e79a7"}, "epochs"),
+            bars_svg(
+                tts_labels,
+                {"epochs": tts_vals},
+                {"epochs": "#4e79a7"},
+                "epochs (count)",
+                "time from the bump (or a classic rebalance's start) to stable",
+            ),
         ),
         _chart(
             "downtime-per-connector",
-            "Downtime per connector (seconds, connector and its tasks, by cause)",
-            bars_svg(conns, down_series, {c: CAUSE_COLORS[c] for c in causes}, "s"),
-            f"top {TOP_CONNECTORS} by total downtime",
+            "Downtime per connector (connector and its tasks, by cause)",
+            hbars_svg(conns, down_series, {c: CAUSE_COLORS[c] for c in causes}, "downtime (seconds)"),
+            f"top {TOP_CONNECTORS} by total downtime; connector @ group",
         ),
         _chart(
             "moves-per-rebalance",
             "Moves per rebalance (items moved, reassigned or new, per installed assignment)",
-            bars_svg(move_labels, {"rebalances": move_vals}, {"rebalances": "#76b7b2"}, "rebalances"),
+            bars_svg(
+                move_labels,
+                {"rebalances": move_vals},
+                {"rebalances": "#76b7b2"},
+                "rebalances (count)",
+                "items moved, reassigned or new (count)",
+            ),
+        ),
+        _chart(
+            "planned-unplanned",
+            "Task downtime, planned and unplanned, per group",
+            hbars_svg(
+                [g for g, _, _ in data["planned"]],
+                {
+                    "planned": [p for _, p, _ in data["planned"]],
+                    "unplanned": [u for _, _, u in data["planned"]],
+                },
+                PLANNED_COLORS,
+                "task downtime (seconds)",
+            )
+            + _table(
+                ("kind", "cause", "intervals", "downtime"),
+                [
+                    ("planned" if planned else "unplanned", cause, n, _fmt_ms(ms or 0))
+                    for planned, cause, n, ms in data["by_cause"]
+                ],
+            ),
+            "planned: moves, leaves (static restarts included), new and deleted items; "
+            "unplanned: members lost (session expired, fenced)",
         ),
     ]
+    slow_rows = [
+        (
+            r["group_id"],
+            r["group_epoch"],
+            r["protocol"] or "",
+            r["reason"] or "",
+            r["trigger"],
+            dt.datetime.fromtimestamp(r["bumped_at"] / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            _fmt_ms(r["time_to_stable_ms"]),
+            r["moved_items"],
+            r["reassigned_items"],
+            r["new_items"],
+            f"{r['task_down_s']:.1f}",
+            ", ".join(r["workers"]),
+        )
+        for r in data["slowest"]
+    ]
+    slowest = _table(
+        (
+            "group",
+            "epoch",
+            "protocol",
+            "reason",
+            "trigger",
+            "began (UTC)",
+            "to stable",
+            "moved",
+            "reassigned",
+            "new",
+            "task downtime (s)",
+            "workers involved (instance id, URL)",
+        ),
+        slow_rows,
+    )
+    comparison = ""
+    if data.get("compare"):
+        comparison = compare_section(data["compare"])
     summary_rows = [
         (
             r["group_id"],
@@ -338,6 +574,8 @@ def render(data: dict[str, Any], generated_at: dt.datetime | None = None) -> str
         "<h1>Connect rebalance report</h1>"
         f'<div class="sub">generated {now} from the coordinator\'s rebalance event log; '
         f"{totals.get('epochs', 0)} epochs{span}</div>"
+        + comparison
+        + f'<section id="slowest-rebalances"><h2>Slowest rebalances</h2>{slowest}</section>'
         + "".join(charts)
         + f'<section id="summary" data-chart="summary"><h2>Summary per group</h2>{summary}</section>'
         + f'<section id="data-quality"><h2>Data quality</h2>{quality}</section>'
@@ -345,12 +583,63 @@ def render(data: dict[str, Any], generated_at: dt.datetime | None = None) -> str
     )
 
 
-def write_report(spark: SparkSession, out: Path, path: Path) -> None:
-    text = render(collect(spark, out))
+def compare_section(runs: Mapping[str, Mapping[str, Any]]) -> str:
+    """Runs side by side (figures() of each): a table and task-seconds of downtime per run."""
+    labels = list(runs)
+    rows = [
+        (
+            label,
+            f"{f['task_seconds_down']:.1f}",
+            f"{f['planned_task_seconds_down']:.1f}",
+            f"{f['unplanned_task_seconds_down']:.1f}",
+            f["items_stopped"],
+            f["items_moved"],
+            f["epochs"],
+            f["rebalances"],
+            *(_fmt_ms(f[k]) if f[k] is not None else "" for k in ("p50_time_to_stable_ms", "max_time_to_stable_ms")),
+        )
+        for label, f in runs.items()
+    ]
+    table = _table(
+        (
+            "run",
+            "task downtime (s)",
+            "planned (s)",
+            "unplanned (s)",
+            "items stopped",
+            "items moved",
+            "epochs",
+            "rebalances",
+            "p50 to stable",
+            "max to stable",
+        ),
+        rows,
+    )
+    chart = hbars_svg(
+        labels,
+        {
+            "planned": [runs[k]["planned_task_seconds_down"] for k in labels],
+            "unplanned": [runs[k]["unplanned_task_seconds_down"] for k in labels],
+        },
+        PLANNED_COLORS,
+        "task downtime (seconds)",
+    )
+    return _chart("comparison", "Runs compared", table + chart, "one row per run (its event log, its own job output)")
+
+
+def write_report(
+    spark: SparkSession, out: Path, path: Path, compare: Mapping[str, Path] | None = None, label: str = "this run"
+) -> None:
+    """The report over the tables in `out`; `compare`: other runs' output folders by label, shown
+    side by side with this one (`label`) in a comparison section."""
+    data = collect(spark, out)
+    if compare:
+        data["compare"] = {label: figures(spark, out), **{k: figures(spark, v) for k, v in compare.items()}}
+    text = render(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
-__all__ = ["collect", "render", "write_report"]
+__all__ = ["collect", "compare_section", "figures", "render", "slowest", "worker", "write_report"]

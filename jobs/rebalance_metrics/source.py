@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from jobs.rebalance_metrics.transform import EVENTS_SCHEMA
+from jobs.rebalance_metrics.transform import EVENTS_SCHEMA, TYPED_COLUMNS
 
 JAR_DIRS = (Path("/usr/share/java"),)
 JARS = {
@@ -128,16 +128,33 @@ def bounds(spark: SparkSession, db: Database, from_id: int) -> Bounds:
     return Bounds(row["lo"], row["hi"], int(row["n"] or 0))
 
 
-def read_events(spark: SparkSession, db: Database, b: Bounds, partitions: int | None = None) -> DataFrame:
-    """The events with ids in [b.min_id, b.max_id], read in id ranges in parallel."""
+def table_columns(spark: SparkSession, db: Database) -> set[str]:
+    """The columns rebalance_events has (an older schema lacks the typed ones: read as null)."""
+    query = "SELECT * FROM rebalance_events WHERE 1 = 0"
+    return {c.lower() for c in _reader(spark, db).option("query", query).load().columns}
+
+
+def _select_list(present: set[str]) -> str:
+    """The columns to read: the typed ones the table has (else NULL), and `details` only for rows
+    without them (rows the coordinator wrote with typed columns need no JSON)."""
+    typed = [c if c in present else f"NULL AS {c}" for c in TYPED_COLUMNS]
+    # CAST: PostgreSQL's json and SQLite's JSON-as-text both arrive as a string.
+    details = "CAST(details AS TEXT)"
+    if "columns_version" in present:
+        details = f"CASE WHEN columns_version IS NULL THEN {details} END"
+    return f"{COLUMNS}, {details} AS details, {', '.join(typed)}"
+
+
+def read_events(
+    spark: SparkSession, db: Database, b: Bounds, partitions: int | None = None, present: set[str] | None = None
+) -> DataFrame:
+    """The events with ids in [b.min_id, b.max_id], read in id ranges in parallel. `present`: the
+    table's columns (table_columns; looked up when not given)."""
     if b.count == 0 or b.min_id is None or b.max_id is None:
         return spark.createDataFrame([], EVENTS_SCHEMA)
     n = partitions or max(1, min(64, -(-b.count // ROWS_PER_PARTITION)))
-    # CAST: PostgreSQL's json and SQLite's JSON-as-text both arrive as a string.
-    table = (
-        f"(SELECT {COLUMNS}, CAST(details AS TEXT) AS details FROM rebalance_events "
-        f"WHERE id >= {int(b.min_id)} AND id <= {int(b.max_id)}) ev"
-    )
+    cols = _select_list(table_columns(spark, db) if present is None else present)
+    table = f"(SELECT {cols} FROM rebalance_events WHERE id >= {int(b.min_id)} AND id <= {int(b.max_id)}) ev"
     schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in EVENTS_SCHEMA.fields)
     return (
         _reader(spark, db)
@@ -150,6 +167,18 @@ def read_events(spark: SparkSession, db: Database, b: Bounds, partitions: int | 
         .option("fetchsize", "10000")
         .load()
     )
+
+
+def read_joins(spark: SparkSession, db: Database, before_id: int, present: set[str] | None = None) -> DataFrame:
+    """The `member_joined` and `static_member_replaced` events before `before_id` (an incremental
+    run's member directory: who a member is, read in full), as events (EVENTS_SCHEMA)."""
+    cols = _select_list(table_columns(spark, db) if present is None else present)
+    query = (
+        f"SELECT {cols} FROM rebalance_events WHERE id < {int(before_id)} "
+        "AND event IN ('member_joined', 'static_member_replaced')"
+    )
+    schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in EVENTS_SCHEMA.fields)
+    return _reader(spark, db).option("query", query).option("customSchema", schema).load()
 
 
 def _first_line(e: BaseException) -> str:

@@ -38,6 +38,10 @@ DETAILS_SCHEMA = T.StructType(
         T.StructField("temporary", T.BooleanType()),
         T.StructField("executor", T.StringType()),
         T.StructField("last_heartbeat_ms", T.LongType()),
+        T.StructField("instance_id", T.StringType()),
+        T.StructField("url", T.StringType()),
+        T.StructField("previous", T.LongType()),
+        T.StructField("members", T.LongType()),
         T.StructField("_corrupt", T.StringType()),
     ]
 )
@@ -54,8 +58,17 @@ EVENTS_SCHEMA = T.StructType(
         T.StructField("assignment_epoch", T.LongType()),
         T.StructField("member_epoch", T.LongType()),
         T.StructField("details", T.StringType()),
+        # The typed columns (storage migration 0009), written with `details` by the coordinator;
+        # null in rows written before them (then `details` is parsed instead). The item lists are
+        # names joined by newlines (which no name may contain).
+        T.StructField("columns_version", T.LongType()),
+        *(T.StructField(name, T.StringType()) for name in ITEM_LISTS),
+        *(T.StructField(name, T.StringType()) for name in ("reason", "cause", "executor", "instance_id", "url")),
+        *(T.StructField(name, T.LongType()) for name in ("items", "last_heartbeat_ms", "previous", "members")),
+        T.StructField("temporary", T.BooleanType()),
     ]
 )
+TYPED_COLUMNS = tuple(f.name for f in EVENTS_SCHEMA.fields[9:])
 
 L, S, B, D = T.LongType(), T.StringType(), T.BooleanType(), T.DoubleType()
 
@@ -82,6 +95,9 @@ OUTPUT_SCHEMAS: dict[str, T.StructType] = {
         ("time_to_assignment_ms", L),
         ("time_to_stable_ms", L),
         ("superseded", B),
+        ("protocol", S),
+        ("trigger_instance_id", S),
+        ("trigger_url", S),
     ),
     "member_revocations": _schema(
         ("group_id", S),
@@ -102,6 +118,12 @@ OUTPUT_SCHEMAS: dict[str, T.StructType] = {
         ("from_member_id", S),
         ("to_member_id", S),
         ("cause", S),
+        ("planned", B),
+        ("group_epoch", L),
+        ("from_instance_id", S),
+        ("from_url", S),
+        ("to_instance_id", S),
+        ("to_url", S),
     ),
     "group_summary": _schema(
         ("group_id", S),
@@ -117,6 +139,10 @@ OUTPUT_SCHEMAS: dict[str, T.StructType] = {
         ("max_time_to_stable_ms", L),
         ("task_downtime_s", D),
         ("moved_items", L),
+        ("planned_task_downtime_s", D),
+        ("unplanned_task_downtime_s", D),
+        ("upgrades", L),
+        ("downgrades", L),
     ),
     # Bad input, counted: unknown_event_type, malformed_details, clock_backwards,
     # group_deleted_mid_rebalance, items_not_named (an event that moves work without naming its items).
@@ -182,11 +208,17 @@ def prepare(raw: DataFrame) -> DataFrame:
         .over(w.rowsBetween(Window.unboundedPreceding, 0))
         .alias("inc"),
     )
-    parsed = F.from_json("details", DETAILS_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})
+    typed = F.col("columns_version").isNotNull()
+    parsed = F.when(typed, _typed_details()).otherwise(
+        F.from_json("details", DETAILS_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})
+    )
     ev = ordered.select("*", parsed.alias("d"))
     # Not JSON, not an object (a JSON string or array parses without complaint), or fields of the wrong type.
-    malformed = F.col("details").isNotNull() & (
-        F.col("d._corrupt").isNotNull() | ~F.ltrim(F.col("details")).startswith("{")
+    malformed = (
+        ~typed
+        & F.col("details").isNotNull()
+        # (text that is not JSON at all may parse to no struct rather than to a corrupt record)
+        & (F.col("d").isNull() | F.col("d._corrupt").isNotNull() | ~F.ltrim(F.col("details")).startswith("{"))
     )
     # A malformed details object is read as empty: the event still counts for what its type says.
     return (
@@ -197,9 +229,20 @@ def prepare(raw: DataFrame) -> DataFrame:
         # Parsed: the raw text and the parser's corrupt-record column are not needed further, nor
         # the raw time and member id (t and member replace them). The prepared events are cached:
         # what they keep, the cache holds.
-        .drop("details", "time_ms", "member_id")
+        .drop("details", "time_ms", "member_id", *TYPED_COLUMNS)
         .withColumn("d", F.col("d").dropFields("_corrupt"))
     )
+
+
+def _typed_details() -> Column:
+    """The details of a row with typed columns, as the parsed JSON would give them."""
+    fields = []
+    for f in DETAILS_SCHEMA.fields:
+        c = F.col(f.name) if f.name != "_corrupt" else F.lit(None)
+        if f.name in ITEM_LISTS:
+            c = F.when(c == "", F.array().cast(f.dataType)).otherwise(F.split(c, "\n"))
+        fields.append(c.cast(f.dataType).alias(f.name))
+    return F.struct(*fields)
 
 
 def _item_array(connectors: str, tasks: str, kind: str) -> Column:
@@ -221,6 +264,7 @@ def item_events(ev: DataFrame) -> DataFrame:
             EventType.MEMBER_REPLACED,
             EventType.REVOCATION_REQUESTED,
             EventType.MEMBER_LEFT,
+            EventType.MEMBER_REMOVED,
             EventType.MEMBER_EXPIRED,
             EventType.MEMBER_FENCED,
             EventType.GROUP_EPOCH_BUMPED,
@@ -236,7 +280,8 @@ def item_events(ev: DataFrame) -> DataFrame:
     lost = e.isin(EventType.MEMBER_EXPIRED, EventType.MEMBER_FENCED)
     cause = (
         F.when(e == EventType.REVOCATION_REQUESTED, "moved")
-        .when(e == EventType.MEMBER_LEFT, "member_left")
+        # (removed by an operator: a leave it did not ask for, as planned as one)
+        .when(e.isin(EventType.MEMBER_LEFT, EventType.MEMBER_REMOVED), "member_left")
         .when(lost, "member_lost")
         .when(e == EventType.GROUP_EPOCH_BUMPED, "new")
     )
@@ -304,6 +349,10 @@ def downtime(ie: DataFrame) -> DataFrame:
         F.col("member").alias("from_member_id"),
         F.when(~deleted, F.col("c.member")).alias("to_member_id"),
         F.when(deleted, F.lit("deleted")).otherwise(F.col("cause")).alias("cause"),
+        # Planned: the coordinator's own moves, leaves (a static member's restart too), new and
+        # deleted items; unplanned: a member lost (session expired, fenced).
+        (F.col("cause") != "member_lost").alias("planned"),
+        F.when(F.col("c.kind") == START, F.col("c.assignment_epoch")).alias("group_epoch"),
         # internal
         "is_task",
         F.col("id").alias("opener_id"),
@@ -353,7 +402,11 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
         F.col("i.t").alias("assignment_installed_at"),
         F.when(F.col("i.executor") == "service", "service").when(F.col("i").isNotNull(), "worker").alias("executor"),
         "stable_at",
-    ).withColumn("next_bump_id", F.lead("bump_id").over(Window.partitionBy("group_id", "inc").orderBy("bump_id")))
+        F.lit("connect").alias("protocol"),
+    )
+    bumps = bumps.unionByName(classic_generations(ev)).withColumn(
+        "next_bump_id", F.lead("bump_id").over(Window.partitionBy("group_id", "inc").orderBy("bump_id"))
+    )
     moved = (
         ie.filter(F.col("event") == EventType.REVOCATION_REQUESTED)
         .withColumn("group_epoch", F.col("assignment_epoch"))
@@ -391,11 +444,83 @@ def epochs(ev: DataFrame, ie: DataFrame, dt: DataFrame) -> DataFrame:
         (F.col("assignment_installed_at") - F.col("bumped_at")).alias("time_to_assignment_ms"),
         (F.col("stable_at") - F.col("bumped_at")).alias("time_to_stable_ms"),
         (F.col("stable_at").isNull() & F.col("next_bump_id").isNotNull()).alias("superseded"),
+        "protocol",
         # internal
         "inc",
         "bump_id",
         "next_bump_id",
     )
+
+
+def classic_generations(ev: DataFrame) -> DataFrame:
+    """A classic group's generations as epochs (SPEC §12 rule 7: generation = epoch), one row per
+    `generation_bumped`: it began with the first `classic_rebalance_started` at the generation before
+    it (the event's `previous`; without one, at the bump), the join phase ended at the bump (the
+    leader is asked for the assignment, unless no member is left), and the leader's assignment,
+    once stored (`classic_assignment_installed` at the generation), is every member's: stable.
+    Classic assignments are Connect's opaque bytes: no items are named."""
+    e = F.col("event")
+    key = ["group_id", "inc", "group_epoch"]
+    started = (
+        ev.filter(e == EventType.CLASSIC_REBALANCE_STARTED)
+        .groupBy("group_id", "inc", F.col("group_epoch").alias("previous"))
+        .agg(F.min(F.struct("id", "t", "member")).alias("s"))
+    )
+    installed = (
+        ev.filter(e == EventType.CLASSIC_ASSIGNMENT_INSTALLED)
+        .groupBy("group_id", "inc", F.col("assignment_epoch").alias("group_epoch"))
+        .agg(F.min(F.struct("id", "t")).alias("i"))
+    )
+    gens = ev.filter(e == EventType.GENERATION_BUMPED).select(
+        *key,
+        F.col("id").alias("bump_id"),
+        F.col("t").alias("gen_t"),
+        F.col("d.reason").alias("reason"),
+        F.col("d.previous").alias("previous"),
+        F.coalesce(F.col("d.members"), F.lit(1)).alias("members"),
+    )
+    return (
+        gens.join(started, ["group_id", "inc", "previous"], "left")
+        .join(installed, key, "left")
+        .select(
+            *key,
+            "bump_id",
+            F.coalesce(F.col("s.t"), F.col("gen_t")).alias("bumped_at"),
+            "reason",
+            F.col("s.member").alias("trigger_member_id"),
+            F.when(F.col("members") > 0, F.col("gen_t")).alias("assignment_requested_at"),
+            F.col("i.t").alias("assignment_installed_at"),
+            F.when(F.col("i").isNotNull(), F.lit("worker")).alias("executor"),
+            F.col("i.t").alias("stable_at"),
+            F.lit("classic").alias("protocol"),
+        )
+    )
+
+
+def members(ev: DataFrame, earlier: DataFrame | None = None) -> DataFrame:
+    """Who each member is: (group_id, member, instance_id, url) from its last `member_joined` or
+    `static_member_replaced` (`earlier`: such rows from before the events read, for an incremental
+    run: those events, prepared)."""
+
+    def joins(events: DataFrame) -> DataFrame:
+        return events.filter(
+            F.col("event").isin(EventType.MEMBER_JOINED, EventType.MEMBER_REPLACED) & F.col("member").isNotNull()
+        ).select("id", "group_id", "member", F.col("d.instance_id").alias("instance_id"), F.col("d.url").alias("url"))
+
+    found = joins(ev) if earlier is None else joins(ev).unionByName(joins(earlier))
+    return found.groupBy("group_id", "member").agg(F.max(F.struct("id", "instance_id", "url")).alias("m"))
+
+
+def _who(df: DataFrame, directory: DataFrame, member_col: str, prefix: str) -> DataFrame:
+    """`df` with `<prefix>_instance_id` and `<prefix>_url` of the member in `member_col`."""
+    d = directory.select(
+        F.col("group_id").alias("_g"),
+        F.col("member").alias("_m"),
+        F.col("m.instance_id").alias(f"{prefix}_instance_id"),
+        F.col("m.url").alias(f"{prefix}_url"),
+    )
+    cond = (F.col("group_id") == F.col("_g")) & (F.col(member_col) == F.col("_m"))
+    return df.join(d, cond, "left").drop("_g", "_m")
 
 
 def revocations(ev: DataFrame) -> DataFrame:
@@ -406,6 +531,7 @@ def revocations(ev: DataFrame) -> DataFrame:
             EventType.REVOCATION_ACKNOWLEDGED,
             EventType.MEMBER_FENCED,
             EventType.MEMBER_LEFT,
+            EventType.MEMBER_REMOVED,
             EventType.MEMBER_EXPIRED,
         )
         & F.col("member").isNotNull()
@@ -445,7 +571,7 @@ def revocations(ev: DataFrame) -> DataFrame:
 
 # Checks seen on one event (data_quality), in order; group_deleted_mid_rebalance is found by the epochs.
 EVENT_CHECKS = ("unknown_event_type", "malformed_details", "clock_backwards", "items_not_named")
-COUNTED = ("rebalances", "epochs", "joins", "leaves", "fences", "expiries")
+COUNTED = ("rebalances", "epochs", "joins", "leaves", "fences", "expiries", "upgrades", "downgrades")
 
 
 def _hour(ms: Column) -> Column:
@@ -464,6 +590,7 @@ def hourly(ev: DataFrame) -> DataFrame:
         EventType.REVOCATION_ACKNOWLEDGED,
         EventType.ITEMS_RELEASED,
         EventType.MEMBER_LEFT,
+        EventType.MEMBER_REMOVED,
         EventType.MEMBER_FENCED,
         EventType.MEMBER_EXPIRED,
     )
@@ -480,12 +607,16 @@ def hourly(ev: DataFrame) -> DataFrame:
         "items_not_named": known & unnamed & ~F.col("malformed"),
     }
     counted = {
-        "rebalances": e == EventType.ASSIGNMENT_INSTALLED,
-        "epochs": e == EventType.GROUP_EPOCH_BUMPED,
+        # A classic group's generations are its epochs (SPEC §12 rule 7), its installed leader
+        # assignments its rebalances: a group that changed protocol counts both.
+        "rebalances": e.isin(EventType.ASSIGNMENT_INSTALLED, EventType.CLASSIC_ASSIGNMENT_INSTALLED),
+        "epochs": e.isin(EventType.GROUP_EPOCH_BUMPED, EventType.GENERATION_BUMPED),
         "joins": e == EventType.MEMBER_JOINED,
         "leaves": (e == EventType.MEMBER_LEFT) & ~F.coalesce(F.col("d.temporary"), F.lit(False)),
         "fences": e == EventType.MEMBER_FENCED,
         "expiries": e == EventType.MEMBER_EXPIRED,
+        "upgrades": e == EventType.GROUP_UPGRADED,
+        "downgrades": e == EventType.GROUP_DOWNGRADED,
     }
     assert tuple(failed) == EVENT_CHECKS and tuple(counted) == COUNTED  # the columns summary/quality read
 
@@ -529,7 +660,11 @@ def summary(hr: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
         dt.filter(F.col("is_task") & F.col("downtime_ms").isNotNull())
         .withColumn("hour", _hour(F.col("opened_t")))
         .groupBy("group_id", "hour")
-        .agg(F.sum("downtime_ms").alias("down_ms"))
+        .agg(
+            F.sum("downtime_ms").alias("down_ms"),
+            F.sum(F.when(F.col("planned"), F.col("downtime_ms"))).alias("planned_ms"),
+            F.sum(F.when(~F.col("planned"), F.col("downtime_ms"))).alias("unplanned_ms"),
+        )
     )
     out = counts.join(stab, ["group_id", "hour"], "full").join(down, ["group_id", "hour"], "full")
     zero = F.lit(0).cast("long")
@@ -542,6 +677,8 @@ def summary(hr: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
         F.col("mx").alias("max_time_to_stable_ms"),
         (F.coalesce(F.col("down_ms"), zero) / F.lit(1000.0)).alias("task_downtime_s"),
         F.coalesce(F.col("moved"), zero).cast("long").alias("moved_items"),
+        (F.coalesce(F.col("planned_ms"), zero) / F.lit(1000.0)).alias("planned_task_downtime_s"),
+        (F.coalesce(F.col("unplanned_ms"), zero) / F.lit(1000.0)).alias("unplanned_task_downtime_s"),
     )
 
 
@@ -593,12 +730,15 @@ def _materialize(df: DataFrame, name: str, timings: dict[str, float]) -> DataFra
     return df
 
 
-def compute(raw: DataFrame) -> Outputs:
+def compute(raw: DataFrame, earlier_members: DataFrame | None = None) -> Outputs:
     """The tables as DataFrames over cached intermediate results: the events are read (JDBC) and
     prepared once, and the intermediates used by more than one output (downtime, epochs,
-    revocations) are computed once, in dependency order, before the tables are written."""
+    revocations) are computed once, in dependency order, before the tables are written.
+    `earlier_members`: the join events before the events read (an incremental run; `members`)."""
     timings: dict[str, float] = {}
     ev = _materialize(prepare(raw), "read+prepare", timings)
+    earlier = prepare(earlier_members) if earlier_members is not None else None
+    directory = _materialize(members(ev, earlier), "members", timings)
     # Not cached: downtime sorts it once; epochs count the revoked items of its revocation rows only.
     ie = item_events(ev)
     dt = _materialize(downtime(ie), "downtime", timings)
@@ -613,9 +753,11 @@ def compute(raw: DataFrame) -> Outputs:
         return df.select(*cols, day(F.col(ANCHORS[name])).alias("date"))
 
     tables = {
-        "group_epochs": public(ge, "group_epochs"),
+        "group_epochs": public(_who(ge, directory, "trigger_member_id", "trigger"), "group_epochs"),
         "member_revocations": public(mr, "member_revocations"),
-        "item_downtime": public(dt, "item_downtime"),
+        "item_downtime": public(
+            _who(_who(dt, directory, "from_member_id", "from"), directory, "to_member_id", "to"), "item_downtime"
+        ),
         "group_summary": public(gs, "group_summary"),
         "data_quality": dq.select(
             *(F.col(f.name).cast(f.dataType) for f in OUTPUT_SCHEMAS["data_quality"].fields), "date"

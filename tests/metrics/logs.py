@@ -25,6 +25,8 @@ from simulator.scenario import generate
 from tests.coordinator.harness import Context, items
 
 SERVICE = {a.name: (a.minimum_version, a.maximum_version) for a in assignor.list_assignors()}
+# A connector name longer than any chart label used to be (the report must not cut it off).
+LONG_CONNECTOR = "connect-metrics-a-very-long-connector-name-that-goes-on-and-on"
 T0 = 1_795_000_000_000  # 2026-11-18T...Z: the harness clock starts here (several hours are crossed)
 
 
@@ -75,6 +77,7 @@ class _Cluster:
             )
 
     def join(self, mid: str, gid: str = "g", **kw: Any) -> None:
+        kw.setdefault("url", f"http://{mid.lower()}.workers.example:8083")  # (what the report names)
         self.ctx.join(mid, gid, assignors=None, **kw)
         self.settle(gid)
 
@@ -104,7 +107,7 @@ def seed_case_studies() -> list[RebalanceEvent]:
     c.settle(ms=3_000)
     ctx.heartbeat("S1", -2)
     c.settle(ms=4_000)
-    ctx.join("", "g", instance_id="s-1", owned=Items())
+    ctx.join("", "g", instance_id="s-1", owned=Items(), url="http://s1.workers.example:8083")
     c.settle(ms=3_000)
     # The group's configuration changes; tasks are added, then a connector deleted.
     ctx.put_connector("B", 5)
@@ -126,6 +129,7 @@ def seed_case_studies() -> list[RebalanceEvent]:
     c.stubborn.clear()
     c.settle(ms=60_000)
     ctx.put_connector("C", 2)
+    ctx.put_connector(LONG_CONNECTOR, 2)
     c.settle(ms=3_600_000 // 2)  # half an hour of steady state: the next events are in another hour
 
     # A second group: built, emptied and deleted (its connectors' downtime ends as `deleted`).
@@ -139,13 +143,13 @@ def seed_case_studies() -> list[RebalanceEvent]:
     return c.events()
 
 
-def simulator_scenarios(seeds: list[int], steps: int = 150) -> list[RebalanceEvent]:
+def simulator_scenarios(seeds: list[int], steps: int = 150, protocol: str = "connect") -> list[RebalanceEvent]:
+    """`protocol`: connect (the connect seeds were chosen before classic ones existed) or classic
+    (classic groups: generations, their rebalances, connector changes through the connect side)."""
     out: list[RebalanceEvent] = []
     for seed in seeds:
         with quiet_logs():
-            # Connect groups: the job's epochs, revocations and downtime are the connect protocol's
-            # (classic groups' analytics is issue 38's); these seeds were chosen before classic seeds.
-            sim = Simulation(generate(seed, steps, protocol="connect"), keep_trace=False)
+            sim = Simulation(generate(seed, steps, protocol=protocol), keep_trace=False)
             result = sim.run()
         assert result.violation is None, result.violation
         for stored in sim.node.storage.read_events():
@@ -154,7 +158,9 @@ def simulator_scenarios(seeds: list[int], steps: int = 150) -> list[RebalanceEve
             if details.get("last_heartbeat_ms") is not None:
                 details["last_heartbeat_ms"] += T0  # the same clock as the event times
             out.append(
-                dataclasses.replace(ev, group_id=f"sim{seed}-{ev.group_id}", time_ms=T0 + ev.time_ms, details=details)
+                dataclasses.replace(
+                    ev, group_id=f"sim{protocol}{seed}-{ev.group_id}", time_ms=T0 + ev.time_ms, details=details
+                )
             )
     return out
 
@@ -198,4 +204,12 @@ def read_rows(url: str) -> list[dict[str, Any]]:
         ]
 
 
-__all__ = ["bad_rows", "items", "read_rows", "seed_case_studies", "simulator_scenarios", "write_events"]
+__all__ = [
+    "LONG_CONNECTOR",
+    "bad_rows",
+    "items",
+    "read_rows",
+    "seed_case_studies",
+    "simulator_scenarios",
+    "write_events",
+]

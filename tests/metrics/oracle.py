@@ -36,7 +36,14 @@ KNOWN = {
     "group_created",
     "group_deleted",
     "group_stable",
+    "member_removed",
+    "classic_rebalance_started",
+    "generation_bumped",
+    "classic_assignment_installed",
+    "group_upgraded",
+    "group_downgraded",
 }
+JOINS = ("member_joined", "static_member_replaced")
 LISTS = ("connectors", "tasks", "removed_connectors", "removed_tasks")
 
 
@@ -87,6 +94,7 @@ class _Epoch:
     stable_at: int | None = None
     superseded: bool = False
     bump_id: int = 0
+    protocol: str = "connect"
 
 
 @dataclass
@@ -108,6 +116,14 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
     revocations: list[dict[str, Any]] = []
     counts: dict[tuple[str, int], dict[str, int]] = {}
     quality: list[tuple[str, int, int]] = []  # (check, id, t)
+    # Who each member is: its last join (in the whole log), for instance ids and URLs.
+    who: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+    for r in sorted(rows, key=lambda r: r["id"]):
+        if r["event"] in JOINS and r["member_id"]:
+            d0, _ = _details(r["details"])
+            who[(r["group_id"], r["member_id"])] = (d0.get("instance_id"), d0.get("url"))
+    # A classic rebalance's start, per (group, incarnation, generation it started at).
+    classic_start: dict[tuple[str, int, int], tuple[int, str | None]] = {}
 
     def epoch_key(gid: str, e: int) -> tuple[str, int, int]:
         return (gid, inc[gid], e)
@@ -133,6 +149,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             "revocation_acknowledged",
             "items_released",
             "member_left",
+            "member_removed",
             "member_fenced",
             "member_expired",
         )
@@ -140,8 +157,10 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             quality.append(("items_not_named", eid, t))
 
         c = counts.setdefault((gid, t // HOUR * HOUR), defaultdict(int))
-        c["rebalances"] += ev == "assignment_installed"
-        c["epochs"] += ev == "group_epoch_bumped"
+        c["rebalances"] += ev in ("assignment_installed", "classic_assignment_installed")
+        c["epochs"] += ev in ("group_epoch_bumped", "generation_bumped")
+        c["upgrades"] += ev == "group_upgraded"
+        c["downgrades"] += ev == "group_downgraded"
         c["joins"] += ev == "member_joined"
         c["leaves"] += ev == "member_left" and not d.get("temporary")
         c["fences"] += ev == "member_fenced"
@@ -160,7 +179,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 if s is None or (isinstance(s, tuple) and s[0] == "run"):
                     item_state[key] = _Down(at, cause, member, t)
 
-        def close(key: tuple[str, bool, str], s: _Down, at: int, to: str | None, cause: str) -> None:
+        def close(
+            key: tuple[str, bool, str], s: _Down, at: int, to: str | None, cause: str, epoch: int | None = None
+        ) -> None:
             downtime.append(
                 {
                     "group_id": key[0],
@@ -171,6 +192,8 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                     "from_member_id": s.from_member,
                     "to_member_id": to,
                     "cause": cause,
+                    "planned": s.cause != "member_lost",
+                    "group_epoch": epoch,
                     "_is_task": key[1],
                     "_event_t": s.event_t,
                 }
@@ -181,7 +204,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 key = (gid, is_task, name)
                 s = item_state.get(key)
                 if isinstance(s, _Down):
-                    close(key, s, t, member, s.cause)
+                    close(key, s, t, member, s.cause, r["assignment_epoch"])
                     target = epochs.get(epoch_key(gid, r["assignment_epoch"]))
                     if target is not None:
                         target.reassigned += s.cause in ("member_left", "member_lost")
@@ -189,7 +212,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 item_state[key] = ("run", member)
         elif ev == "revocation_requested":
             stop(t, "moved")
-        elif ev == "member_left":
+        elif ev in ("member_left", "member_removed"):
             stop(t, "member_left")
         elif ev in ("member_expired", "member_fenced"):
             hb = d.get("last_heartbeat_ms")
@@ -215,18 +238,38 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             bumped = _Epoch(gid, r["group_epoch"], t, d.get("reason"), member, bump_id=eid)
             epochs[epoch_key(gid, r["group_epoch"])] = bumped
             latest_epoch[(gid, inc[gid])] = bumped
+        elif ev == "classic_rebalance_started":
+            classic_start.setdefault(epoch_key(gid, r["group_epoch"]), (t, member))
+        elif ev == "generation_bumped":
+            # A classic generation is an epoch: from its rebalance's start to the leader's assignment.
+            prev = latest_epoch.get((gid, inc[gid]))
+            if prev is not None and prev.stable_at is None:
+                prev.superseded = True
+            start = classic_start.get(epoch_key(gid, d["previous"])) if d.get("previous") is not None else None
+            began, trigger = start if start is not None else (t, None)
+            bumped = _Epoch(gid, r["group_epoch"], began, d.get("reason"), trigger, bump_id=eid, protocol="classic")
+            members = d.get("members")
+            if members is None or members > 0:
+                bumped.requested_at = t
+            epochs[epoch_key(gid, r["group_epoch"])] = bumped
+            latest_epoch[(gid, inc[gid])] = bumped
+        elif ev == "classic_assignment_installed":
+            e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
+            if e is not None and e.protocol == "classic" and e.installed_at is None:
+                e.installed_at = e.stable_at = t
+                e.executor = "worker"
         elif ev == "assignment_requested":
             e = epochs.get(epoch_key(gid, r["group_epoch"]))
-            if e is not None and e.requested_at is None:
+            if e is not None and e.protocol == "connect" and e.requested_at is None:
                 e.requested_at = t
         elif ev == "assignment_installed":
             e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
-            if e is not None and e.installed_at is None:
+            if e is not None and e.protocol == "connect" and e.installed_at is None:
                 e.installed_at = t
                 e.executor = "service" if d.get("executor") == "service" else "worker"
         elif ev == "group_stable":
             e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
-            if e is not None and e.stable_at is None:
+            if e is not None and e.protocol == "connect" and e.stable_at is None:
                 e.stable_at = t
         elif ev == "revocation_requested":
             e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
@@ -245,7 +288,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 if rv is None:
                     rv = revs[key2] = _Revocation(r["member_epoch"], t)
                 rv.items.update(f"{'t' if is_task else 'c'}:{n}" for is_task, n in named())
-            elif ev in ("revocation_acknowledged", "member_fenced", "member_left", "member_expired"):
+            elif ev in ("revocation_acknowledged", "member_fenced", "member_left", "member_removed", "member_expired"):
                 rv = revs.pop(key2, None)
                 if rv is not None:
                     acked = ev == "revocation_acknowledged"
@@ -274,6 +317,8 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                     "from_member_id": s.from_member,
                     "to_member_id": None,
                     "cause": s.cause,
+                    "planned": s.cause != "member_lost",
+                    "group_epoch": None,
                     "_is_task": key[1],
                     "_event_t": s.event_t,
                 }
@@ -309,6 +354,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             "time_to_assignment_ms": e.installed_at - e.bumped_at if e.installed_at is not None else None,
             "time_to_stable_ms": e.stable_at - e.bumped_at if e.stable_at is not None else None,
             "superseded": e.superseded,
+            "protocol": e.protocol,
+            "trigger_instance_id": who.get((e.group_id, e.trigger or ""), (None, None))[0],
+            "trigger_url": who.get((e.group_id, e.trigger or ""), (None, None))[1],
         }
         for e in epochs.values()
     ]
@@ -318,7 +366,15 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
     def hour_row(gid: str, hour: int) -> dict[str, Any]:
         return by_hour.setdefault(
             (gid, hour),
-            {"group_id": gid, "hour": hour, "tts": [], "down_ms": 0, "moved": 0, "counts": defaultdict(int)},
+            {
+                "group_id": gid,
+                "hour": hour,
+                "tts": [],
+                "down_ms": 0,
+                "planned_ms": 0,
+                "moved": 0,
+                "counts": defaultdict(int),
+            },
         )
 
     for (gid, hour), c in counts.items():
@@ -330,7 +386,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             h["tts"].append(row["time_to_stable_ms"])
     for x in downtime:
         if x["_is_task"] and x["downtime_ms"] is not None:
-            hour_row(x["group_id"], x["_event_t"] // HOUR * HOUR)["down_ms"] += x["downtime_ms"]
+            h = hour_row(x["group_id"], x["_event_t"] // HOUR * HOUR)
+            h["down_ms"] += x["downtime_ms"]
+            h["planned_ms"] += x["downtime_ms"] if x["planned"] else 0
 
     def pct(values: list[int], p: float) -> int | None:
         if not values:
@@ -345,12 +403,17 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             {
                 "group_id": h["group_id"],
                 "hour": h["hour"],
-                **{k: c.get(k, 0) for k in ("rebalances", "epochs", "joins", "leaves", "fences", "expiries")},
+                **{
+                    k: c.get(k, 0)
+                    for k in ("rebalances", "epochs", "joins", "leaves", "fences", "expiries", "upgrades", "downgrades")
+                },
                 "p50_time_to_stable_ms": pct(h["tts"], 0.5),
                 "p95_time_to_stable_ms": pct(h["tts"], 0.95),
                 "max_time_to_stable_ms": max(h["tts"]) if h["tts"] else None,
                 "task_downtime_s": h["down_ms"] / 1000.0,
                 "moved_items": h["moved"],
+                "planned_task_downtime_s": h["planned_ms"] / 1000.0,
+                "unplanned_task_downtime_s": (h["down_ms"] - h["planned_ms"]) / 1000.0,
             }
         )
 
@@ -363,6 +426,10 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
     ]
     for x in downtime:
         del x["_is_task"], x["_event_t"]
+        for side in ("from", "to"):
+            x[f"{side}_instance_id"], x[f"{side}_url"] = who.get(
+                (x["group_id"], x[f"{side}_member_id"] or ""), (None, None)
+            )
     return {
         "group_epochs": group_epochs,
         "member_revocations": revocations,

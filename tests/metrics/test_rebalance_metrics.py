@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.rebalance_metrics import cli, job
@@ -31,7 +32,7 @@ TABLES = tuple(OUTPUT_SCHEMAS)
 
 @pytest.fixture(scope="module")
 def events() -> list[RebalanceEvent]:
-    evs = seed_case_studies() + simulator_scenarios([3, 11, 42])
+    evs = seed_case_studies() + simulator_scenarios([3, 11, 42]) + simulator_scenarios([5, 11], protocol="classic")
     return evs + bad_rows(max(e.time_ms for e in evs) + 1_000)
 
 
@@ -103,6 +104,45 @@ def test_every_table_matches_the_oracle_over_sqlite(spark: SparkSession, sqlite_
     }
     # The deleted group's items: their downtime ended with the deletion.
     assert {r["cause"] for r in got["item_downtime"].filter("group_id = 'h'").collect()} >= {"deleted"}
+
+    # Who: a lost worker's downtime names it by URL and is unplanned; the static worker's restart
+    # (its temporary leave) names its instance id and is planned.
+    for r in down:
+        assert r["from_url"] == "http://w2.workers.example:8083" and r["planned"] is False
+        assert r["to_url"] and r["to_url"].startswith("http://")
+    restart = "group_id = 'g' AND from_instance_id = 's-1' AND cause = 'member_left'"
+    static = got["item_downtime"].filter(restart).collect()
+    assert static and all(r["planned"] for r in static)
+    assert {r["to_instance_id"] for r in static} == {"s-1"}  # it came back to its own work
+    assert all(r["group_epoch"] is not None for r in static)
+    summary = got["group_summary"].collect()
+    assert sum(r["unplanned_task_downtime_s"] for r in summary) > 0 < sum(r["planned_task_downtime_s"] for r in summary)
+    for r in summary:
+        assert r["planned_task_downtime_s"] + r["unplanned_task_downtime_s"] == pytest.approx(r["task_downtime_s"])
+    # Classic groups: generations are epochs (with their reason), installed leader assignments
+    # rebalances; a group with connect epochs and classic generations counts both.
+    epochs = got["group_epochs"]
+    classic = epochs.filter("protocol = 'classic'").collect()
+    assert classic and all(r["reason"] for r in classic)
+    assert any(r["time_to_stable_ms"] is not None and r["executor"] == "worker" for r in classic)
+    mixed = [
+        gid
+        for (gid,) in epochs.groupBy("group_id")
+        .agg(F.countDistinct("protocol").alias("n"))
+        .filter("n = 2")
+        .select("group_id")
+        .collect()
+    ]
+    assert mixed
+    per_group = {
+        r["group_id"]: r
+        for r in got["group_summary"]
+        .groupBy("group_id")
+        .agg(F.sum("epochs").alias("epochs"), F.sum("rebalances").alias("rebalances"))
+        .collect()
+    }
+    for gid in mixed:
+        assert per_group[gid]["epochs"] == epochs.filter(F.col("group_id") == gid).count()
 
 
 def test_a_rerun_over_the_same_input_gives_the_same_output(
@@ -182,11 +222,15 @@ def test_operator_errors_are_one_line_and_a_nonzero_exit(
     assert spark.range(3).count() == 3
 
 
-def test_the_report_renders_in_headless_chromium(spark: SparkSession, sqlite_run: Path, tmp_path: Path) -> None:
+def test_the_report_renders_in_headless_chromium(
+    spark: SparkSession, sqlite_url: str, sqlite_run: Path, tmp_path: Path
+) -> None:
     report = tmp_path / "report.html"
-    write_report(spark, sqlite_run, report)
+    # The same tables as a second run: the comparison section shows both side by side.
+    write_report(spark, sqlite_run, report, compare={"again": sqlite_run}, label="first")
     text = report.read_text()
-    assert "<script" not in text and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    # Self-contained: nothing loaded from elsewhere (the workers' URLs are text, not links).
+    assert "<script" not in text and "<link" not in text and re.search(r"(src|href)\s*=", text) is None
     chromium = shutil.which("chromium")
     assert chromium is not None, "chromium is installed by scripts/setup_system.sh"
     proc = subprocess.run(
@@ -209,12 +253,35 @@ def test_the_report_renders_in_headless_chromium(spark: SparkSession, sqlite_run
     # Chromium logs every console message (script errors, invalid SVG attributes, ...) as CONSOLE.
     assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
     dom = proc.stdout
-    for chart in ("epoch-timeline", "time-to-stable", "downtime-per-connector", "moves-per-rebalance"):
+    charts = (
+        "epoch-timeline",
+        "time-to-stable",
+        "downtime-per-connector",
+        "moves-per-rebalance",
+        "planned-unplanned",
+        "comparison",
+    )
+    for chart in charts:
         section = re.search(rf'<section class="chart" id="{chart}".*?</section>', dom, re.S)
         assert section is not None, chart
         assert section.group(0).count("<rect") >= 2, chart  # drawn with data, not "no data"
     assert re.search(r'<section id="summary".*?<td>g</td>', dom, re.S)
     assert "unknown_event_type" in dom
+    # Axes say what they count.
+    assert "downtime (seconds)" in dom and "epochs (count)" in dom and "time (UTC)" in dom
+    # Both kinds of downtime (seed 001 has a killed worker and workers leaving).
+    planned = re.search(r'<section class="chart" id="planned-unplanned".*?</section>', dom, re.S)
+    assert planned is not None and "<td>planned</td>" in planned.group(0) and "<td>unplanned</td>" in planned.group(0)
+    compared = re.search(r'<section class="chart" id="comparison".*?</section>', dom, re.S)
+    assert compared is not None and "<td>first</td>" in compared.group(0) and "<td>again</td>" in compared.group(0)
+    # The slowest rebalances, with their reasons and the workers by instance id and URL where known.
+    slow = re.search(r'<section id="slowest-rebalances".*?</section>', dom, re.S)
+    assert slow is not None and slow.group(0).count("<tr>") >= 5
+    assert "member_joined" in slow.group(0) or "member_left" in slow.group(0)
+    urls = {r["details"].get("url") for r in read_rows(sqlite_url) if r["event"] == "member_joined"} - {None}
+    assert any(u in slow.group(0) for u in urls), urls
+    # Long connector names are not cut off.
+    assert "connect-metrics-a-very-long-connector-name-that-goes-on-and-on" in dom
 
 
 def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
@@ -260,3 +327,54 @@ def test_the_same_job_on_a_standalone_cluster_gives_the_same_output(
     got, local = actual(spark, out), actual(spark, sqlite_run)
     for name in TABLES:
         assertDataFrameEqual(got[name], local[name])
+
+
+OLD_SCHEMA = """CREATE TABLE rebalance_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, group_id VARCHAR NOT NULL, time_ms BIGINT NOT NULL,
+    event VARCHAR NOT NULL, member_id VARCHAR NOT NULL, group_epoch INTEGER NOT NULL,
+    assignment_epoch INTEGER NOT NULL, member_epoch INTEGER NOT NULL, details JSON NOT NULL)"""
+
+
+def test_an_older_schema_is_read_with_the_missing_columns_null(
+    spark: SparkSession, events: list[RebalanceEvent], tmp_path: Path
+) -> None:
+    """A log written before instance ids (none in the details) and before the typed columns (the
+    table as storage migration 0001 made it): read, with those columns null, never a crash."""
+    import json
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    rows = []
+    for i, e in enumerate(events, start=1):
+        details: Any = e.details
+        if isinstance(details, dict):
+            details = json.dumps({k: v for k, v in details.items() if k not in ("instance_id", "url")})
+        rows.append(
+            (i, e.group_id, e.time_ms, e.event, e.member_id, e.group_epoch, e.assignment_epoch, e.member_epoch, details)
+        )
+    with sqlite3.connect(path) as c:
+        c.execute(OLD_SCHEMA)
+        c.executemany("INSERT INTO rebalance_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    c.close()
+    out = tmp_path / "out"
+    stats = job.run(spark, f"sqlite:///{path}", out)
+    assert stats.full and stats.events_read == len(events)
+    names = (
+        "id",
+        "group_id",
+        "time_ms",
+        "event",
+        "member_id",
+        "group_epoch",
+        "assignment_epoch",
+        "member_epoch",
+        "details",
+    )
+    want = expected(spark, [dict(zip(names, r, strict=True)) for r in rows])
+    got = actual(spark, out)
+    for name in TABLES:
+        assertDataFrameEqual(got[name], want[name])
+    down = got["item_downtime"]
+    assert down.count() > 0
+    assert down.filter("from_instance_id IS NOT NULL OR to_instance_id IS NOT NULL OR to_url IS NOT NULL").count() == 0
+    assert got["group_epochs"].filter("trigger_instance_id IS NOT NULL").count() == 0
