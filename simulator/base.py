@@ -82,6 +82,23 @@ def convergence_bound_ms(s: Scenario) -> int:
             + 10 * MAX_HEARTBEAT_MS
         )
     assignment = max(longest_rt + 1_000, ASSIGNOR_TIMEOUT_MS) + RETRY_BACKOFF_MAX_MS
+    if s.migration:
+        # A migrating group may still convert once the faults stop (a downgrade waits for held work
+        # to be released: a session), then settle by either protocol's rules: a session more, the
+        # classic bound, and one assignment of the `connect` protocol (a classic member of a
+        # `connect` group is reconciled by the coordinator's assignor, then rejoins and syncs).
+        join_call = longest_rt + CLASSIC_JOIN_MARGIN_MS
+        return (
+            2 * MAX_SESSION_MS
+            + max_delay
+            + join_call
+            + CLASSIC_INITIAL_DELAY_MS
+            + MAX_SCHEDULED_DELAY_MS
+            + 3 * 2 * longest_rt
+            + assignment
+            + LOAD_MS
+            + 10 * MAX_HEARTBEAT_MS
+        )
     return MAX_SESSION_MS + max_delay + MAX_SCHEDULED_DELAY_MS + assignment + LOAD_MS + 10 * MAX_HEARTBEAT_MS
 
 
@@ -133,6 +150,12 @@ class Stats:
     parked: int = 0
     parked_failed: int = 0
     generation: int = 0
+    # Migration scenarios (SPEC §12 online migration): run; workers restarted with the other protocol;
+    # conversions of the group (durable group_upgraded / group_downgraded events).
+    migration_runs: int = 0
+    rolls: int = 0
+    upgrades: int = 0
+    downgrades: int = 0
     # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
     bad_checked: dict[str, int] = field(default_factory=dict)
 

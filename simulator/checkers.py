@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from services.common.items import EMPTY, all_items
+from services.coordinator.core.handler import GROUP_TYPE
 from services.coordinator.core.records import ClassicGroupState
 from services.coordinator.core.records import MemberState as CoordMemberState
 from services.coordinator.core.state import STABLE, CoordinatorState, Group, durable_diff, durable_view
@@ -27,16 +28,20 @@ def check_safety(sim: Simulation) -> None:
     """(a) and (b), after every step."""
     running: dict[Any, SimWorker] = {}
     twice: list[tuple[Any, SimWorker, SimWorker]] = []
+    lenient = sim.scenario.classic or sim.scenario.migration  # (Kafka's classic zombies: see below)
     for w in sim.workers:
         for key in w.active.item_keys():
             other = running.get(key)
             if other is not None:
-                if not sim.scenario.classic:
+                if not lenient:
                     raise Violation("a-workers", f"{key} runs on both {other.name} and {w.name}")
                 twice.append((key, other, w))
             running[key] = w
     if sim.scenario.classic:
         _check_classic_workers(sim, twice)
+    elif sim.scenario.migration:
+        _check_mixed_workers(sim, twice)
+        _check_seen_epochs(sim)
     if len(sim.nodes) > 1:
         # (e) replicas: at most one serves the group's partition at any instant (by its own clock).
         serving = [n.replica_id for n in sim.nodes if n.serving]
@@ -46,10 +51,10 @@ def check_safety(sim: Simulation) -> None:
     if node.serving:
         assert node.core is not None
         group = node.core.state.groups.get(GROUP)
-        if group is not None and sim.scenario.classic:
+        if group is not None and (sim.scenario.classic or group.classic is not None):
             _check_classic(sim, group)
         elif group is not None:
-            _check_coordinator(sim, group, running)
+            _check_coordinator(sim, group)
             if group.unsettled != group.count_unsettled():
                 # The group's state (Stable or Reconciling) reads this count, which replay keeps.
                 raise Violation(
@@ -57,7 +62,7 @@ def check_safety(sim: Simulation) -> None:
                 )
 
 
-def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWorker]) -> None:
+def _check_coordinator(sim: Simulation, group: Group) -> None:
     owner: dict[Any, str] = {}
     for mid, m in group.members.items():
         for key in m.owned.item_keys():
@@ -80,19 +85,38 @@ def _check_coordinator(sim: Simulation, group: Group, running: dict[Any, SimWork
     # id. A partitioned worker keeps running while the coordinator still counts it as a member;
     # it must stop before its session would expire -- else this fails when the coordinator drops
     # it (and hands its work to someone else).
-    for key, w in running.items():
+    # (Migration scenarios: a classic worker the classic group dropped -- a zombie of Kafka's classic
+    # rules, see _check_mixed_workers -- is held to the zombie bound instead.)
+    for w in sim.workers:
+        if (w.index, w.incarnation) in sim.zombies:
+            continue
         mid = w.member_id
-        holder = owner.get(key) or group.held_owner.get(key)
-        if holder != mid:
-            raise Violation(
-                "a-cross",
-                f"{w.name} (member {mid or '-'}) runs {key}, which the coordinator "
-                + (f"gave to {holder}" if holder else "does not count as anyone's"),
-            )
-    # A worker never knows an epoch the coordinator has not stored: not beyond the assignment
-    # epoch, nor beyond its own member's epoch (while the coordinator still has that member).
+        for key in w.active.item_keys():
+            holder = owner.get(key) or group.held_owner.get(key)
+            if holder != mid:
+                raise Violation(
+                    "a-cross",
+                    f"{w.name} (member {mid or '-'}) runs {key}, which the coordinator "
+                    + (f"gave to {holder}" if holder else "does not count as anyone's"),
+                )
+    _check_durability(sim, group)
+
+
+def _check_durability(sim: Simulation, group: Group) -> None:
+    """A worker never knows an epoch the coordinator has not stored: not beyond the assignment
+    epoch, nor beyond its own member's epoch (while the coordinator still has that member)."""
     for w in sim.workers:
         wm = w.member
+        if isinstance(wm, ClassicMember):
+            # A classic worker in a `connect` group: its generation is its member's epoch (rule 3).
+            cm = group.members.get(wm.member_id)
+            if cm is not None and wm.generation > cm.member_epoch:
+                raise Violation(
+                    "d-durability",
+                    f"{w.name} ({wm.member_id}) is in generation {wm.generation}, its member at epoch "
+                    f"{cm.member_epoch} (it was told something that was never stored)",
+                )
+            continue
         if wm is None or not wm.is_member:
             continue
         if wm.member_id not in sim.node.committed_members:
@@ -130,18 +154,72 @@ def _check_classic_workers(sim: Simulation, twice: list[tuple[Any, SimWorker, Si
                 sim.zombies.setdefault(key, sim.now)
             else:
                 sim.zombies.pop(key, None)
+    _check_twice(sim, twice)
+
+
+def _check_twice(sim: Simulation, twice: list[tuple[Any, SimWorker, SimWorker]]) -> None:
+    """Every item on two workers has a zombie among them (`sim.zombies`), within its bound."""
     for item, a, b in twice:
         zombies = [w for w in (a, b) if (w.index, w.incarnation) in sim.zombies]
         if not zombies:
-            raise Violation("a-workers", f"{item} runs on both {a.name} and {b.name}, members of the group")
+            raise Violation("a-workers", f"{item} runs on both {a.name} and {b.name}, neither a classic zombie")
         for z in zombies:
             since = sim.zombies[(z.index, z.incarnation)]
             if sim.now > since + zombie_bound_ms(sim, z):
                 raise Violation(
                     "a-workers",
-                    f"{item} runs on both {a.name} and {b.name}; {z.name} was dropped from the group at {since} "
-                    "and still runs it",
+                    f"{item} runs on both {a.name} and {b.name}; {z.name} was dropped from the classic group at "
+                    f"{since} and still runs it",
                 )
+
+
+def _check_mixed_workers(sim: Simulation, twice: list[tuple[Any, SimWorker, SimWorker]]) -> None:
+    """(a) for a migration scenario: as for a classic group, but the zombie exception is only for a
+    classic worker that the *classic* group dropped (Kafka's classic rules). A worker -- of either
+    protocol -- that a `connect` group removed (fenced, expired, left) is held to the `connect`
+    protocol's rule: its work is held until its session would have expired, it has stopped by then,
+    so it never runs an item another worker runs. So a worker missing from the group is a zombie only
+    if it runs the classic protocol and was not a member of the `connect` group at the previous
+    check (SPEC §12 rule 6: no item on two workers across any conversion)."""
+    node = sim.node
+    if node.serving:
+        assert node.core is not None
+        group = node.core.state.groups.get(GROUP)
+        if group is None:
+            members: set[str] = set()
+        elif group.classic is not None:
+            members = set(group.classic.members)
+        else:
+            members = set(group.members)
+        for w in sim.workers:
+            key = (w.index, w.incarnation)
+            if w.member is not None and w.active and w.member_id not in members:
+                if key not in sim.zombies and w.classic_now and w.member_id not in sim.connect_members:
+                    sim.zombies[key] = sim.now
+            else:
+                sim.zombies.pop(key, None)
+        sim.connect_members = set(group.members) if group is not None and group.classic is None else set()
+    _check_twice(sim, twice)
+
+
+def _check_seen_epochs(sim: Simulation) -> None:
+    """(b) as each member sees it, across conversions: the epoch (a `connect` incarnation) or the
+    generation (a classic one) a worker incarnation is told never goes back -- a classic worker's
+    generation becomes its member epoch at an upgrade, and the group's generation the epoch at a
+    downgrade (reset when the group was deleted, empty)."""
+    for w in sim.workers:
+        m = w.member
+        if m is None:
+            continue
+        value = m.generation if isinstance(m, ClassicMember) else m.member_epoch
+        if value <= 0:
+            continue
+        key = (w.index, w.incarnation)
+        before = sim.seen_epochs.get(key, 0)
+        if value < before:
+            what = "generation" if isinstance(m, ClassicMember) else "member epoch"
+            raise Violation("b-epochs", f"{w.name} ({m.member_id}) went back from {what} {before} to {value}")
+        sim.seen_epochs[key] = value
 
 
 def zombie_bound_ms(sim: Simulation, w: SimWorker) -> int:
@@ -160,6 +238,12 @@ def _check_classic(sim: Simulation, group: Group) -> None:
     classic = group.classic
     if classic is None:
         return  # not (yet, or no longer: deleted empty) a classic group
+    if group.held:
+        # A classic group has no held work: its leader knows nothing of it and may give it away while
+        # the fenced worker still runs it (a downgrade waits for the release: SPEC §12 rule 4).
+        raise Violation(
+            "a-coordinator", f"the classic group holds work for fenced members {sorted(group.held)}: {group.held}"
+        )
     floor = sim.generations.get(GROUP, 0)
     if classic.generation < floor:
         raise Violation("b-generations", f"the group is at generation {classic.generation}, {floor} was stored")
@@ -189,13 +273,60 @@ def convergence_problem(sim: Simulation) -> str | None:
         return "no group"
     if sim.scenario.classic:
         return _classic_problem(sim, group)
+    if sim.scenario.migration:
+        return _migration_problem(sim, group)
+    return _connect_problem(sim, group, lambda w: _worker_problem(sim, group, w))
+
+
+def _migration_problem(sim: Simulation, group: Group) -> str | None:
+    """A migration scenario's group converged: of the type its live workers call for (classic when
+    they all run the classic protocol -- the policy is bidirectional -- else `connect`), and converged
+    by that protocol's rules; a classic worker of a `connect` group synced at its member's epoch."""
+    live = [w for w in sim.workers if w.up]
+    if live and all(w.classic_now for w in live):
+        if group.classic is None:
+            return (
+                f"only classic workers run, the group is still {group.meta.group_type} ({len(group.members)} members)"
+            )
+        return _classic_problem(sim, group)
+    if group.classic is not None:
+        return f"a {GROUP_TYPE} worker runs, the group is still classic (generation {group.classic.generation})"
+
+    def worker_problem(w: SimWorker) -> str | None:
+        return _classic_member_problem(sim, group, w) if w.classic_now else _worker_problem(sim, group, w)
+
+    return _connect_problem(sim, group, worker_problem)
+
+
+def _classic_member_problem(sim: Simulation, group: Group, w: SimWorker) -> str | None:
+    """Why a classic worker in a `connect` group is not converged (None if it is)."""
+    m = w.member
+    assert isinstance(m, ClassicMember)
+    if w.leaving or m.state != ClassicState.STABLE:
+        return f"{w.name} is {'leaving' if w.leaving else m.state}"
+    if m.effect_outstanding is not None or m.running != m.assigned or w.active != m.running:
+        return f"{w.name} runs {w.active}, assigned {m.assigned}"
+    cm = group.members.get(m.member_id)
+    if cm is None or not cm.meta.is_classic or cm.member_epoch != m.generation or cm.current.assigned != m.running:
+        return f"{w.name} ({m.member_id} in generation {m.generation}) disagrees with the coordinator"
+    if cm.current.state != CoordMemberState.STABLE:
+        return f"{w.name} is {cm.current.state} at the coordinator"
+    if m._rejoin_wanted or m._rejoin_at is not None:
+        return f"{w.name} will rejoin"
+    if m._alive_ms is None or m._alive_ms < sim.scenario.fault_window_ms:
+        return f"{w.name} has heard nothing from the coordinator since the faults stopped"
+    return None
+
+
+def _connect_problem(sim: Simulation, group: Group, worker_problem: Callable[[SimWorker], str | None]) -> str | None:
+    """Why a `connect` group is not converged."""
     if group.state() != STABLE:
         return f"group state {group.state()} (epoch {group.epoch}, assignment epoch {group.assignment_epoch})"
     if group.target.scheduled_rebalance_ms and group.target.scheduled_rebalance_ms > sim.now:
         return "a delayed rebalance is scheduled"
     if group.held:
         return f"work held for fenced members {sorted(group.held)}"
-    return _each_item_once(sim, group, set(group.members), lambda w: _worker_problem(sim, group, w))
+    return _each_item_once(sim, group, set(group.members), worker_problem)
 
 
 def _each_item_once(

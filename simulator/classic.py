@@ -46,6 +46,7 @@ class ClassicWorker(SimWorker):
     def __init__(self, sim: Simulation, index: int) -> None:
         super().__init__(sim, index)
         self.mode = sim.scenario.classic
+        self.classic_now = True
 
     # -- lifecycle
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, replace
 from simulator import storage
 from simulator.engine import RunResult, run_scenario
 from simulator.planted import PLANTS, planted
-from simulator.scenario import CLASSIC_SHARE, DEFAULT_STEPS, PROTOCOLS, Scenario, generate
+from simulator.scenario import CLASSIC_SHARE, DEFAULT_STEPS, MIGRATION_SHARE, PROTOCOLS, Scenario, generate
 from simulator.shrink import shrink
 
 
@@ -221,8 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--protocol",
             choices=PROTOCOLS,
-            help="the group's protocol in every scenario (default: each seed picks; "
-            f"{int(CLASSIC_SHARE * 100)}%% of seeds run a classic group)",
+            help="the group's protocol in every scenario: connect, classic, or mixed (a migration scenario: "
+            "classic and connect workers rolled from one protocol to the other); default: each seed picks -- "
+            f"{int(CLASSIC_SHARE * 100)}%% of seeds run a classic group, {int(MIGRATION_SHARE * 100)}%% a migration)",
         )
         p.add_argument("--no-shrink", action="store_true", help="print the failing seed without shrinking it")
         p.add_argument("--shrink-runs", type=int, default=300, help="at most this many runs to shrink a failure")

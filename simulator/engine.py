@@ -48,6 +48,7 @@ from simulator.base import (
     server_config,
 )
 from simulator.classic import ClassicWorker
+from simulator.migration import MigratingWorker
 from simulator.network import Network
 from simulator.node import CoordinatorNode
 from simulator.scenario import (
@@ -101,6 +102,12 @@ class Simulation:
         if scenario.classic:
             self.push = False  # classic members have no push stream
             self.stats.classic_runs = 1
+        if scenario.migration:
+            self.stats.migration_runs = 1  # (push streams: only `connect` incarnations open one)
+        # Migration scenarios: the highest epoch or generation each worker incarnation was told, and
+        # the `connect` members of the group at the last check (see checkers._check_mixed_workers).
+        self.seen_epochs: dict[tuple[int, int], int] = {}
+        self.connect_members: set[str] = set()
         # The highest classic generation stored, per group: stored generations never go back.
         self.generations: dict[str, int] = {}
         # Classic workers running work under a member id the coordinator no longer has, since when
@@ -125,7 +132,7 @@ class Simulation:
         if self.replicated:
             self.stats.replica_runs = 1
         self.net = Network(self)
-        worker = ClassicWorker if scenario.classic else SimWorker
+        worker = MigratingWorker if scenario.migration else ClassicWorker if scenario.classic else SimWorker
         self.workers: list[SimWorker] = [worker(self, i) for i in range(len(scenario.workers))]
 
     # -- plumbing
@@ -157,11 +164,13 @@ class Simulation:
                     w.coord = i
             return
 
-    def classic_generation(self, group_id: str, generation: int) -> None:
-        """A classic group's generation was stored: it never goes back (across crashes too)."""
+    def classic_generation(self, group_id: str, generation: int, what: str = "generation") -> None:
+        """A classic group's generation was stored: it never goes back (across crashes too). In a
+        migration scenario the group's `connect` epochs are stored here as well (`what` = "epoch"):
+        generation -> epoch -> generation never goes back across conversions either."""
         before = self.generations.get(group_id, 0)
         if generation < before:
-            raise Violation("b-generations", f"group {group_id} stored generation {generation} after {before}")
+            raise Violation("b-generations", f"group {group_id} stored {what} {generation} after {before}")
         self.generations[group_id] = generation
         self.stats.generation = max(self.stats.generation, generation)
 
@@ -445,8 +454,15 @@ def _slow_compute(w: SimWorker, ms: int) -> None:
 
 
 # What each scheduled event of one worker does to it.
+def _start(w: SimWorker, e: Event, now: int) -> None:
+    if e.args and isinstance(w, MigratingWorker):
+        w.start(now, str(e.args[0]))  # a roll: restart with this protocol
+    else:
+        w.start(now)
+
+
 WORKER_EVENTS: dict[str, Callable[[SimWorker, Event, int], None]] = {
-    WORKER_START: lambda w, e, now: w.start(now),
+    WORKER_START: _start,
     WORKER_CRASH: lambda w, e, now: w.crash(now),
     WORKER_STOP: lambda w, e, now: w.stop(now, bool(e.args[0])),
     PARTITION: lambda w, e, now: _partition(w, True),

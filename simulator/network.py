@@ -183,7 +183,7 @@ class Network:
         """The SDK opens its stream once it has a member id (again after a rejoin); the coordinator's
         first nudge on it makes the member heartbeat once."""
         key, mid = (w.index, w.incarnation), w.member_id
-        if not w.up or not mid or self._streams.get(key) == mid:
+        if not w.up or not mid or w.classic_now or self._streams.get(key) == mid:
             return
         self._streams[key] = mid
         at = now + backoff_ms + self._push_rng.randint(1, 10)

@@ -23,7 +23,7 @@ from connect.coordinator.v1 import assignor_pb2, classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core.assignment import send_items_once
 from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
-from services.coordinator.core.handler import ClassicWait
+from services.coordinator.core.handler import GROUP_TYPE, ClassicWait
 from services.coordinator.core.records import (
     ClassicGroupMetadata,
     GroupMetadata,
@@ -334,6 +334,15 @@ class CoordinatorNode:
                 self.sim.classic_generation(r.group_id, r.value.generation)
             elif isinstance(r, GroupMetadata) and r.value is None:
                 self.sim.generations.pop(r.group_id, None)  # deleted (empty): a new group starts again
+                self.sim.seen_epochs.clear()
+            elif (
+                isinstance(r, GroupMetadata)
+                and r.value is not None
+                and self.sim.scenario.migration
+                and r.value.group_type == GROUP_TYPE
+            ):
+                # (a migration scenario's `connect` epochs: generation -> epoch -> generation never goes back)
+                self.sim.classic_generation(r.group_id, r.value.epoch, "epoch")
             if isinstance(r, MemberMetadata) and r.value is not None:
                 self.committed_members.add(r.member_id)
             elif isinstance(r, RebalanceEvent):
@@ -347,6 +356,10 @@ class CoordinatorNode:
                     stats.expired += 1
                 elif r.event == EventType.REVOCATION_REQUESTED:
                     stats.revocations += 1
+                elif r.event == EventType.GROUP_UPGRADED:
+                    stats.upgrades += 1
+                elif r.event == EventType.GROUP_DOWNGRADED:
+                    stats.downgrades += 1
 
     def _store_all(self) -> None:
         """The runtime's writer, synchronously: store every batch the machine hands out."""

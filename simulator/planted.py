@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from services.common.items import EMPTY
 from services.coordinator.core import membership as membership_module
@@ -115,6 +115,40 @@ def forget_classic_assignment() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def upgrade_without_assignments() -> Iterator[None]:
+    """Online migration (SPEC §12 rule 2): the upgrade does not carry the classic assignments -- every
+    converted member starts with empty current and target assignments, so the coordinator's assignor
+    hands out work the classic workers still run. Planted where the core reads what each classic
+    member runs (`_classic_running`)."""
+    original: Callable[..., Any] = GroupCoordinator._classic_running
+
+    def _classic_running(self: GroupCoordinator, group: Any) -> dict[str, tuple[str, Any]]:
+        return {mid: (url, EMPTY) for mid, (url, _) in original(self, group).items()}
+
+    with _patch(GroupCoordinator, "_classic_running", _classic_running):
+        yield
+
+
+@contextlib.contextmanager
+def downgrade_releasing_held() -> Iterator[None]:
+    """Online migration (SPEC §12 rule 4): the downgrade does not wait for a fenced member's held work
+    to be released -- the group becomes classic at once and its next classic leader, which knows
+    nothing of held work, gives it away while the fenced worker may still run it. Planted in the
+    core's downgrade check (`_downgrade_refusal`)."""
+    original: Callable[..., Any] = GroupCoordinator._downgrade_refusal
+
+    def _downgrade_refusal(self: GroupCoordinator, group: Any) -> str | None:
+        held, group.held = group.held, {}
+        try:
+            return cast("str | None", original(self, group))
+        finally:
+            group.held = held
+
+    with _patch(GroupCoordinator, "_downgrade_refusal", _downgrade_refusal):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
@@ -122,6 +156,8 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "respond-before-write": respond_before_write,
     "skip-fence": skip_fence,
     "forget-classic-assignment": forget_classic_assignment,
+    "upgrade-without-assignments": upgrade_without_assignments,
+    "downgrade-releasing-held": downgrade_releasing_held,
 }
 
 

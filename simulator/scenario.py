@@ -22,7 +22,8 @@ from typing import Any
 DEFAULT_STEPS = 100
 
 # Event kinds (Event.kind). `w` is a worker index, `args` the kind's parameters.
-WORKER_START = "worker_start"  # start the worker process if it is down (a new incarnation)
+WORKER_START = "worker_start"  # start the worker process if it is down (a new incarnation); migration
+# scenarios: args (protocol,) restarts it with that protocol ("classic" / "connect"), else it keeps its own
 WORKER_CRASH = "worker_crash"  # kill -9: everything it ran stops at once, nothing is sent
 WORKER_STOP = "worker_stop"  # graceful shutdown: args (temporary,) -- leave with -1, or -2 (static)
 PARTITION = "partition"  # cut the worker off the coordinator (it keeps running its work)
@@ -99,6 +100,11 @@ class Scenario:
     # "" for a `connect` group; else a classic group (SPEC §12) whose workers run `ClassicMember`
     # with this connect.protocol: "eager", "compatible" or "sessioned".
     classic: str = ""
+    # A migration scenario (SPEC §12, online migration): the connect.protocol mode ("eager",
+    # "compatible", "sessioned") of its classic workers, and each worker's protocol at its first start
+    # ("classic" or "connect"); its WORKER_START events may switch a worker's protocol (a roll).
+    migration: str = ""
+    protocols: tuple[str, ...] = ()
 
     # ---- (de)serialization: a shrunk scenario replays from its token ------------------------
 
@@ -120,6 +126,8 @@ class Scenario:
             fault_window_ms=int(d["fault_window_ms"]),
             events=tuple(Event(int(a), str(k), int(w), tuple(args)) for a, k, w, args in d["events"]),
             classic=str(d.get("classic", "")),
+            migration=str(d.get("migration", "")),
+            protocols=tuple(str(p) for p in d.get("protocols", ())),
         )
 
     def token(self) -> str:
@@ -133,6 +141,8 @@ class Scenario:
 
     def describe(self) -> str:
         kind = f"classic group ({self.classic})" if self.classic else ("service" if self.service else "client-side")
+        if self.migration:
+            kind = f"migrating group (classic workers {self.migration}), {kind}"
         lines = [
             f"seed {self.seed}: {len(self.workers)} workers, {kind} mode, "
             f"session {self.session_timeout_ms} ms, heartbeat {self.heartbeat_interval_ms} ms, "
@@ -143,7 +153,7 @@ class Scenario:
             lines.append(
                 f"  w{i}: {'static' if w.static else 'dynamic'}, rebalance timeout {w.rebalance_timeout_ms} ms, "
                 f"safety margin {w.safety_margin_ms if w.safety_margin_ms is not None else 'default'}, "
-                f"assignors {w.assignors}"
+                f"assignors {w.assignors}" + (f", starts {self.protocols[i]}" if self.protocols else "")
             )
         lines.append(f"  {len(self.events)} events:")
         lines.extend(f"    {e}" for e in self.events)
@@ -225,11 +235,19 @@ def _start(rng: random.Random, n_workers: int) -> tuple[list[Event], dict[str, i
 # Protocols a scenario's group may use (`generate`'s `protocol`): None picks one from the seed.
 CONNECT = "connect"
 CLASSIC = "classic"
-PROTOCOLS = (CONNECT, CLASSIC)
+MIXED = "mixed"  # a migration scenario: classic and connect workers, rolled from one to the other
+PROTOCOLS = (CONNECT, CLASSIC, MIXED)
 CLASSIC_MODES = ("eager", "compatible", "sessioned")
-# The share of seeds that run a classic group: decided by a generator of its own (seed/protocol), so a
-# seed that stays `connect` is exactly the scenario it was before classic groups existed.
+# The share of seeds that run a classic group, and of those that run a migration scenario: decided by
+# one draw of a generator of their own (seed/protocol) -- below CLASSIC_SHARE classic, below
+# CLASSIC_SHARE + MIGRATION_SHARE mixed, else connect -- so a classic seed is exactly the scenario it
+# was before migration scenarios existed, and a connect seed is unless its draw fell in the mixed band.
 CLASSIC_SHARE = 0.3
+MIGRATION_SHARE = 0.2
+# How a migration scenario rolls its workers (each roll: stop -- or crash -- one worker and restart it
+# with the other protocol, one at a time): every classic worker up to connect; every connect worker
+# down to classic; up then down again; or workers of both protocols switched at random times (overlapping).
+ROLL_PLANS = ("upgrade", "downgrade", "round-trip", "round-trip", "random")
 
 
 # The faults of a classic scenario: no assignor service, no group configs (a classic member brings its
@@ -251,9 +269,12 @@ def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None)
     """A random scenario; `steps` sizes its fault phase (roughly that many simulation steps).
     `protocol`: "connect", "classic", or None to let the seed choose (CLASSIC_SHARE of seeds are classic)."""
     if protocol is None:
-        protocol = CLASSIC if random.Random(f"{seed}/protocol").random() < CLASSIC_SHARE else CONNECT
+        draw = random.Random(f"{seed}/protocol").random()
+        protocol = CLASSIC if draw < CLASSIC_SHARE else MIXED if draw < CLASSIC_SHARE + MIGRATION_SHARE else CONNECT
     if protocol == CLASSIC:
         return _generate_classic(seed, steps)
+    if protocol == MIXED:
+        return _generate_migration(seed, steps)
     if protocol != CONNECT:
         raise ValueError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     rng = random.Random(seed)
@@ -332,6 +353,84 @@ def _generate_classic(seed: int, steps: int) -> Scenario:
         events=tuple(events),
         classic=mode,
     )
+
+
+def _generate_migration(seed: int, steps: int) -> Scenario:
+    """A migration scenario (SPEC §12): dynamic workers, each starting with the plan's protocol, rolled
+    to the other one (stopped or crashed, restarted with it) one at a time or, for "random", at random
+    times; the usual faults of both protocols on top (group configs and assignor faults included,
+    not adversarial requests). Its own generator (seed/migration): the fault window lasts at least
+    until the roll is over."""
+    rng = random.Random(f"{seed}/migration")
+    mode = rng.choice(CLASSIC_MODES)
+    plan = rng.choice(ROLL_PLANS)
+    n_workers = rng.choice((1, 2, 2, 3, 3, 3, 4, 4, 5))
+    service = rng.random() < 0.5
+    session = rng.choice((3_000, 3_000, 4_000, 5_000))
+    interval = rng.choice((200, 300, 300, 400))
+    profile = rng.choice(("default", "default", "default", "eager", "mixed"))
+    workers = tuple(
+        WorkerSpec(
+            static=False,
+            rebalance_timeout_ms=rng.choice((400, 800, 1_500, 3_000)),
+            safety_margin_ms=rng.choice((None, None, 1_200)),
+            assignors=profile if profile != "mixed" else ("eager" if i % 2 else "default"),
+        )
+        for i in range(n_workers)
+    )
+    first = {"upgrade": CLASSIC, "round-trip": CLASSIC, "downgrade": CONNECT}
+    protocols = tuple(first.get(plan) or rng.choice((CLASSIC, CONNECT)) for _ in range(n_workers))
+    net = _net(rng)
+    events, connectors = _start(rng, n_workers)
+    rolls = _rolls(rng, plan, protocols)
+    window = max(_window(steps, n_workers, interval), max((e.at_ms for e in rolls), default=0) + 500)
+    events += rolls
+    kinds = [*_CLASSIC_FAULTS, (ALTER_CONFIG, 1), (ASSIGNOR_FAULT if service else SLOW_COMPUTE, 1)]
+    events += _faults(rng, kinds, window, workers, connectors, session, service)
+    events.sort(key=lambda e: e.at_ms)
+    return Scenario(
+        seed=seed,
+        workers=workers,
+        service=service,
+        session_timeout_ms=session,
+        heartbeat_interval_ms=interval,
+        scheduled_delay_ms=rng.choice((0, 500, 1_000)),
+        net=net,
+        fault_window_ms=window,
+        events=tuple(events),
+        migration=mode,
+        protocols=protocols,
+    )
+
+
+def _rolls(rng: random.Random, plan: str, protocols: tuple[str, ...]) -> list[Event]:
+    """The roll's events: for each worker in turn (a random order), a graceful stop (or, one time in
+    five, a crash) then a start with the other protocol, the next worker once this one is back."""
+    other = {CLASSIC: CONNECT, CONNECT: CLASSIC}
+    now = list(protocols)
+    events: list[Event] = []
+    at = rng.randint(300, 1_500)
+    if plan == "random":
+        for _ in range(rng.randint(1, 2 * len(protocols))):
+            w = rng.randrange(len(protocols))
+            at += rng.randint(0, 2_000)  # rolls may overlap
+            now[w] = other[now[w]]
+            events += _roll(rng, at, w, now[w])
+        return events
+    for _ in range(2 if plan == "round-trip" else 1):
+        order = list(range(len(protocols)))
+        rng.shuffle(order)
+        for w in order:
+            now[w] = other[now[w]]
+            roll = _roll(rng, at, w, now[w])
+            events += roll
+            at = roll[-1].at_ms + rng.randint(100, 1_500)
+    return events
+
+
+def _roll(rng: random.Random, at: int, w: int, protocol: str) -> list[Event]:
+    stop = Event(at, WORKER_CRASH, w) if rng.random() < 0.2 else Event(at, WORKER_STOP, w, (False,))
+    return [stop, Event(at + rng.randint(50, 1_000), WORKER_START, w, (protocol,))]
 
 
 def _faults(

@@ -91,7 +91,8 @@ class Shrinker:
             return
         index = {old: new for new, old in enumerate(used)}
         events = tuple(Event(e.at_ms, e.kind, index[e.w] if e.w >= 0 else -1, e.args) for e in s.events)
-        self._try(replace(s, workers=tuple(s.workers[i] for i in used), events=events))
+        protocols = tuple(s.protocols[i] for i in used) if s.protocols else ()
+        self._try(replace(s, workers=tuple(s.workers[i] for i in used), protocols=protocols, events=events))
 
 
 def _split(items: list[Event], n: int) -> list[list[Event]]:

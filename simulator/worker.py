@@ -68,6 +68,7 @@ class SimWorker:
         self.restart_after_exit = False  # stopped or crashed and (so far) not restarted
         self.rng = random.Random(f"{sim.scenario.seed}/worker/{index}")
         self.coord = 0  # the coordinator replica its requests go to (simulation.refind follows the owner)
+        self.classic_now = False  # its incarnation runs the classic protocol (ClassicMember)
 
     @property
     def member_id(self) -> str:

@@ -28,6 +28,12 @@ EXPECTED = {
     "skip-fence": {"e-fencing"},
     # Classic groups: a loaded classic group's members lost their stored assignments.
     "forget-classic-assignment": {"d-recovery"},
+    # Online migration: the upgrade starts the classic members with empty assignments, and the
+    # coordinator's assignor hands out what they still run.
+    "upgrade-without-assignments": {"a-workers", "a-cross"},
+    # Online migration: a downgrade while a fenced member's work is held -- a classic group holding
+    # work its leader knows nothing of (a-coordinator), or given away while the fenced worker runs it.
+    "downgrade-releasing-held": {"a-coordinator", "a-workers", "a-cross"},
 }
 
 
