@@ -329,7 +329,7 @@ def test_upgrade_from_0006_loads_members_as_connect_and_downgrade_drops_only_the
             assert conn.exec_driver_sql("SELECT count(*) FROM classic_members").scalar() == 2
             assert conn.exec_driver_sql("SELECT count(*) FROM groups").scalar() == 2
         old = Storage(db_url)
-        with pytest.raises(StorageError, match="at revision 0006, this version needs 0008"):
+        with pytest.raises(StorageError, match=f"at revision 0006, this version needs {SCHEMA_HEAD}"):
             old.open(migrate_schema=False)
         with Storage(db_url) as s:  # and up again: every member a `connect` member, the rest as written
             assert s.load() == _as_before_0007(records)
