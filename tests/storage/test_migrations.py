@@ -361,3 +361,53 @@ def test_concurrent_first_opens_create_the_schema_once(db_url: str) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def test_upgrade_from_0007_loads_default_loads_and_downgrade_drops_only_the_load_columns(db_url: str) -> None:
+    """0008 (SPEC §13) adds members' capacity, rack and item_loads and connectors' task_weight: rows
+    stored by 0007 load with capacity 1.0, no rack, no loads and weight 1.0; written after it, a
+    member's report (floats exact, a non-ASCII rack) and a connector's weight come back as they
+    were; downgrading to 0007 drops the four columns and nothing else, and up again they are the
+    defaults."""
+    from tests.storage.records import every_state_record
+
+    records = every_state_record("g1") + every_state_record("g2")
+    loaded_members = [r for r in records if isinstance(r, MemberMetadata) and r.value and r.value.item_loads]
+    assert [(r.group_id, r.member_id) for r in loaded_members] == [("g1", "m1"), ("g2", "m1")]
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0007")
+            assert not set(MEMBER_0008_COLUMNS) & {c["name"] for c in inspect(conn).get_columns("members")}
+            _insert_as_stored_then(conn, records)  # rows as release 0007 wrote them
+        with Storage(db_url) as s:  # opening migrates 0007 -> 0008 (-> the head)
+            with s.engine.connect() as conn:
+                assert migrate.current_revision(conn) == SCHEMA_HEAD
+            assert s.load() == _as_before_0008(records) != records
+            s.write(records)
+            assert s.load() == records
+            with s.engine.connect() as conn:
+                row = conn.execute(
+                    text("SELECT capacity, rack, item_loads FROM members WHERE group_id = 'g1' AND member_id = 'm1'")
+                ).one()
+                stored = json.loads(row[2]) if isinstance(row[2], str) else row[2]
+                assert (row[0], row[1]) == (2.5, "zone-\u00e9")
+                assert stored == [["conn-a", -1, 0.125], ["conn-a", 0, 1234.5678901234567], ["conn-a", 2, 0.0]]
+                weight = conn.execute(
+                    text("SELECT task_weight FROM group_connectors WHERE group_id = 'g1' AND connector = 'conn-a'")
+                ).scalar_one()
+                assert weight == 0.25
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0007")
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0007"
+            assert {c["name"] for c in inspect(conn).get_columns("members")} == {
+                c.name for c in MEMBERS_TABLE.columns if c.name not in MEMBER_0008_COLUMNS
+            }
+            assert "task_weight" not in {c["name"] for c in inspect(conn).get_columns("group_connectors")}
+            assert conn.exec_driver_sql("SELECT count(*) FROM members").scalar() == 4
+            assert conn.exec_driver_sql("SELECT count(*) FROM group_connectors").scalar() == 2
+        with Storage(db_url) as s:  # and up again: the defaults, the rest as written
+            assert s.load() == _as_before_0008(records)
+    finally:
+        engine.dispose()
