@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +17,13 @@ from pathlib import Path
 import pytest
 
 from services.common.items import TaskId
+from tests.fixtures.net import free_port
 from tests.fixtures.processes import WORKER_TEST_SETTINGS, ManagedProcess, Processes
 from tests.worker.observe import Admin, Fleet, Snapshot, settled
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(150)
+
+REPO = Path(__file__).resolve().parents[2]
 
 GROUP = "g"
 REPORT_MS = 500  # the coordinator stores a report at most every half of it; workers send at most every REPORT_MS
@@ -126,3 +131,32 @@ def test_reported_loads_capacity_and_rack_show_in_describe_and_the_group_converg
     snap = wait_described(fleet, admin, "the new hot task reported and alone", moved_heat, timeout_s=45)
     hot = next(s for s in statuses if "src-3" in loads_in(snap, s))
     assert snap.running(hot).tasks == {TaskId("src", 3)}
+
+
+def test_the_load_demo_runs_headless_and_rebalances_by_load(tmp_path: Path) -> None:
+    """`make up ARGS=--load-demo` headless: the group is rebalanced for load (load_imbalance), the
+    loads change mid-run, and nothing runs twice."""
+    cmd = [
+        "bash",
+        str(REPO / "scripts" / "up.sh"),
+        "--load-demo",
+        "--no-view",
+        "--duration",
+        "25",
+        "--phase-s",
+        "12",
+        "--data-dir",
+        str(tmp_path),
+        "--coordinator-port",
+        str(free_port()),
+        "--metrics-port",
+        str(free_port()),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert "phase 2: orders-0 cools down; clicks-2 heats up" in text
+    assert ": load_imbalance (ratio " in text, text[-4000:]
+    assert "ok: 14/14 connectors and tasks running, none twice" in text, text[-4000:]
+    assert re.search(r"worker-3\s+2\s+\d", text), "worker-3's row shows its capacity 2"
+    assert (tmp_path / "load-demo" / "loads.txt").read_text().startswith("# load demo, phase ")
