@@ -269,11 +269,16 @@ class LoadReporter:
         self.reported_ms = None
         self._sent = None
 
+    def too_soon(self, now_ms: int) -> bool:
+        """Whether a report now would come sooner than the interval after the last one (only the
+        full report after a (re)join is never too soon)."""
+        return self.reported_ms is not None and now_ms < self.reported_ms + self.interval_ms
+
     def due(self, now_ms: int, loads: Mapping[Item, float]) -> bool:
         """Whether `loads` (the loads of the items the worker runs now) are to be reported now."""
         if self.reported is None:
             return bool(loads)
-        if self.reported_ms is not None and now_ms < self.reported_ms + self.interval_ms:
+        if self.too_soon(now_ms):
             return False
         before = self.reported
         return any(moved(before.get(item), value, self.threshold) for item, value in loads.items())

@@ -544,6 +544,8 @@ class Member:
             return None
         if not len(self.loads) and self.load_reporter.reported is None:
             return None  # (the cheap path of a worker that reports no loads)
+        if self.load_reporter.too_soon(now_ms):
+            return None  # (the steady path: no snapshot of the table between reports)
         loads = self.loads.snapshot(only=self.owned)
         return loads if self.load_reporter.due(now_ms, loads) else None
 
