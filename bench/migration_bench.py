@@ -354,13 +354,16 @@ class Fleet:
         """One by one: SIGTERM, wait for the exit, start again on `protocol`, wait until it runs work
         and the group runs everything, stably."""
         for name in names:
+            before = self.describe()
+            leader = next((m.client_id for m in before.members if m.member_id and m.member_id == before.leader_id), "")
             t0 = time.monotonic()
             rc = self.stop(name)
             if rc != 0:
                 raise RuntimeError(f"{name} exited {rc} on SIGTERM")
             self.start(name, protocol)
             self.wait(f"{name} back on {protocol}, running work", self.settled, timeout_s)
-            log(f"  {name} -> {protocol} in {time.monotonic() - t0:.1f} s (group {self.group_type()})")
+            was = ", was the classic leader" if leader == name else ""
+            log(f"  {name} -> {protocol} in {time.monotonic() - t0:.1f} s (group {self.group_type()}{was})")
 
 
 @dataclass
