@@ -112,10 +112,15 @@ def report_changes_loads(group: Group, old: MemberMetadataValue, new: MemberMeta
 def known_loads(group: Group) -> dict[LoadKey, float]:
     """Each item's load as known: its owner's report, else the last any member reported (after it
     moved); items with none are absent."""
-    known = dict(group.item_loads)
+    known = dict(group.item_loads)  # (the last report of each item, whoever sent it)
     for m in group.members.values():
         if m.meta.item_loads:
-            known.update(((c, t), load) for c, t, load in m.meta.item_loads)
+            owned = m.owned
+            known.update(
+                ((c, t), load)
+                for c, t, load in m.meta.item_loads
+                if (c in owned.connectors if t == CONNECTOR else (c, t) in owned.tasks)
+            )
     return known
 
 
