@@ -116,8 +116,10 @@ def comparison() -> Iterator[Comparison]:
 def test_the_shortcut_answers_and_leaves_state_as_the_full_path_over_simulated_scenarios(
     comparison: Comparison,
 ) -> None:
+    # The shortcut is the connect protocol's heartbeat: the seeds are pinned to it (a seed's own
+    # draw may make it a classic or a migration scenario, whose workers heartbeat less that way).
     for seed in SEEDS:
-        result = run_scenario(generate(seed))
+        result = run_scenario(generate(seed, protocol="connect"))
         assert result.ok, f"seed {seed}: {result.violation}"
     # Both paths were exercised, the shortcut by most heartbeats.
     assert comparison.shortcut > 1500, (comparison.shortcut, comparison.full)
