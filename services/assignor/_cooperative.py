@@ -101,7 +101,8 @@ class Plan:
     fresh_tasks: list[TaskId]
     released_connectors: list[str]
     released_tasks: list[TaskId]
-    # Each member's rack by position ("" for a member without one), or None when nobody declares one.
+    # Each member's rack by position ("" for a member without one), or None when fewer than two
+    # distinct racks are declared (no spread).
     racks: list[str] | None
 
 
@@ -164,7 +165,9 @@ def plan_run(inp: AssignInput) -> Plan:
 
     lost_connectors = {c for w in lost for c in w.items.connectors}
     lost_tasks = {t for w in lost for t in w.items.tasks}
-    racks = list(map(_rack_or_blank, members)) if any(map(_rack, members)) else None
+    # The spread's racks are the declared ones (SPEC §13; the rule in ``_racks``): a member without
+    # one is in none, and with fewer than two declared racks there is nothing to spread over.
+    racks = list(map(_rack_or_blank, members)) if len(set(map(_rack, members)) - {None, ""}) > 1 else None
     return Plan(
         ids,
         members,

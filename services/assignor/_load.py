@@ -12,17 +12,22 @@ tasks that have one (so weights and measured loads share a unit); a connector wi
 A member's load is that of the tasks and connectors it ends with, its *ratio* that load over its
 capacity, and the group's *mean* the members' total load over their total capacity.
 
+Racks (the rule of ``_racks``): the spread is over the declared racks only, at most
+ceil(tasks / declared racks) of a connector per rack; a member without a rack is in none and takes
+any number of tasks, so it never blocks a load move. The cap is a hard rule that balance keeps.
+
 1. Tasks without a member (new ones, a departed member's once its delay expires) go, heaviest
    first, to the member with the lowest ratio (among those whose rack has room, with racks).
 2. With racks, a task of a connector above its cap in a rack goes to the least loaded member of a
-   rack with room (the spread comes before balance; these are not load moves).
+   rack with room, or without a rack (the spread comes before balance; these are not load moves).
 3. Unless lost work is held: load moves. Repeatedly, the member with the highest ratio gives a
    task (or swaps one for a lighter one) to one of the least loaded members, choosing the step that
    leaves the lower maximum of the two, and only a step that leaves both below the giver's ratio
    (each step lowers the maximum; the group's maximum never rises). A task that moved for load less
    than ``load_cooldown_ms`` ago does not move for load, and at most ``load_max_moves`` tasks move
    per run (default 10 % of the items, at least 1). Exchanges (up to two tasks each way) are tried
-   only when no single task can go. A member that
+   only when no single task can go; an exchange keeps the spread by its net change per connector
+   (two tasks of one connector swapped between two full racks change no count). A member that
    cannot give anything that way (a single task heavier than the mean is placed alone; or every
    task cooling down) is set aside with its load, and the mean recomputed over the others; after
    64 members of several tasks set aside in a row the run stops. It stops when the members left are all within
@@ -43,7 +48,7 @@ from itertools import repeat
 from services.assignor._balance import Moves
 from services.assignor._cooperative import Plan, assign_incremental, balance_connectors, finish, plan_run
 from services.assignor._model import AssignInput, AssignOutput, LoadMove
-from services.assignor._racks import RackCounts, transfer
+from services.assignor._racks import RackCounts, caps, transfer
 from services.common.items import TaskId
 
 # Candidate receivers looked at per step (the least loaded first): enough to get past racks
@@ -153,10 +158,9 @@ class _LoadRun:
         # Members' tasks as changed in this run (the others: ``held``), built only when asked.
         self._tasks: dict[int, set[TaskId]] = {}
         self.rack_counts: RackCounts | None = None
-        if self.racks is not None and len(set(self.racks)) > 1:
+        if self.racks is not None:  # (two declared racks or more: ``plan_run``)
             self.rack_counts = RackCounts(self.held, self.racks)
-            names = len(self.rack_counts.names)
-            self.rack_counts.cap = {c: -(-k // names) for c, k in inp.connectors.items()}
+            self.rack_counts.cap = caps(inp.connectors, len(self.rack_counts.names))
 
     def load(self, task: TaskId) -> float:
         value = self.inp.task_loads.get(task)
@@ -180,6 +184,12 @@ class _LoadRun:
         if a is not None and self.racks[a] == self.racks[b]:
             return True
         return counts.room(task.connector, self.racks[b])
+
+    def _room_for_exchange(self, out: Sequence[TaskId], back: Sequence[TaskId], a: int, b: int) -> bool:
+        counts = self.rack_counts
+        if counts is None or self.racks is None:
+            return True
+        return counts.room_for_exchange(out, back, self.racks[a], self.racks[b])
 
     def _give(self, task: TaskId, a: int, b: int, load: float) -> None:
         transfer(self.held, self.moves, task, a, b)
@@ -228,7 +238,7 @@ class _LoadRun:
                 a = max(holders, key=lambda i: (self.ratio(i), -i))
                 task = max((t for t in self.tasks(a) if t.connector == c), key=lambda t: (self.load(t), t))
                 b = min(
-                    (i for q in counts.names if q != r and counts.room(c, q) for i in by_rack[q]),
+                    (i for q in [*counts.names, ""] if q != r and counts.room(c, q) for i in by_rack.get(q, ())),
                     key=lambda i: ((self.load_of[i] + self.load(task)) / self.capacity[i], i),
                 )
                 self._give(task, a, b, self.load(task))
@@ -349,12 +359,7 @@ class _LoadRun:
                     delta = load - back_load
                     worst = max((lm - delta) / cm, (lb + delta) / cb)
                     key = (size, worst, b, out, back)
-                    if (
-                        worst < ceiling
-                        and (swap is None or key < swap)
-                        and all(self._room(t, m, b) for t in out)
-                        and all(self._room(u, b, m) for u in back)
-                    ):
+                    if worst < ceiling and (swap is None or key < swap) and self._room_for_exchange(out, back, m, b):
                         swap = key
         if swap is not None:
             return swap[2], swap[3], swap[4]

@@ -87,8 +87,9 @@ def groups(
     max_tasks: int = 7,
     allow_small_budget: bool = True,
     capacities: tuple[float, ...] = (1.0, 1.0, 2.0, 0.5),
+    min_members: int = 1,
 ) -> Sim:
-    n = draw(st.integers(1, max_members))
+    n = draw(st.integers(min_members, max_members))
     capacity = {f"m{i}": draw(st.sampled_from(capacities)) for i in range(n)}
     sizes = draw(st.lists(st.integers(0, 4), min_size=1, max_size=3))
     conns = {NAMES[i]: k for i, k in enumerate(sizes)}

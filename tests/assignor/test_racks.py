@@ -1,25 +1,55 @@
 """Rack spreading of both cooperative assignors (SPEC §13): per rack at most ceil(tasks / racks) of a
-connector's tasks, while each keeps its balance rule."""
+connector's tasks, while each keeps its balance rule.
+
+The rule (``services/assignor/_racks.py``): the racks are the declared ones; a member without a rack
+is in none (not capped, not counted), and with fewer than two declared racks nothing is spread."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
+from collections.abc import Iterator, Mapping
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from services.assignor import INCREMENTAL_COOPERATIVE, LOAD_BALANCED, AssignInput, Member, compute
-from services.common.items import EMPTY, Items, TaskId
+from services.assignor._load import max_moves
+from services.common.items import EMPTY, Items, TaskId, all_items
 from tests.assignor.kit import assert_balanced, check_installable
+from tests.assignor.test_load_balanced import COOLDOWN, Sim, groups
 
 RACKS = ["r1", "r2", "r3"]
 
 
-def _spread_ok(targets: dict[str, Items], racks: dict[str, str], connectors: dict[str, int]) -> bool:
-    count = Counter((t.connector, racks[m]) for m, items in targets.items() for t in items.tasks)
-    n = len(set(racks.values()))
+def _spread_ok(targets: dict[str, Items], racks: Mapping[str, str | None], connectors: dict[str, int]) -> bool:
+    """Per declared rack at most ceil(tasks / declared racks) of each connector (members without a
+    rack: free); anything goes with fewer than two declared racks."""
+    n = len({r for r in racks.values() if r})
+    if n < 2:
+        return True
+    count = Counter((t.connector, r) for m, items in targets.items() if (r := racks.get(m)) for t in items.tasks)
     return all(v <= math.ceil(connectors[c] / n) for (c, _), v in count.items())
+
+
+def _assign_by_count(
+    members: Mapping[str, str | None], connectors: dict[str, int], target: dict[str, Items]
+) -> dict[str, Items]:
+    """One incremental-cooperative run; its answer is installable, balanced by count and spread."""
+    out = compute(
+        INCREMENTAL_COOPERATIVE,
+        AssignInput(
+            [Member(m, target=target.get(m, EMPTY), rack=r) for m, r in members.items()],
+            connectors,
+            previous_target=target,
+            max_delay_ms=0,
+        ),
+    )
+    check_installable(out.targets, members, connectors, out.rebalance_delay_ms)
+    assert_balanced(out.targets)
+    assert _spread_ok(out.targets, members, connectors), {m: sorted(i.tasks) for m, i in out.targets.items()}
+    return out.targets
 
 
 conns = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 9), min_size=1, max_size=4)
@@ -45,19 +75,7 @@ def test_incremental_cooperative_spreads_over_equal_racks_and_stays_balanced(
                 del members[gone]
         elif step == "put":
             connectors = {**connectors, "e": connectors.get("e", 0) + 4}
-        out = compute(
-            INCREMENTAL_COOPERATIVE,
-            AssignInput(
-                [Member(m, target=target.get(m, EMPTY), rack=r) for m, r in members.items()],
-                connectors,
-                previous_target=target,
-                max_delay_ms=0,
-            ),
-        )
-        target = out.targets
-        check_installable(target, members, connectors, out.rebalance_delay_ms)
-        assert_balanced(target)
-        assert _spread_ok(target, members, connectors), {m: sorted(i.tasks) for m, i in target.items()}
+        target = _assign_by_count(members, connectors, target)
 
 
 @settings(max_examples=150, deadline=None)
@@ -86,11 +104,102 @@ def test_load_balanced_spreads_over_any_racks(
         )
         target = out.targets
         check_installable(target, members, connectors, out.rebalance_delay_ms)
-        if any(racks):
-            assert _spread_ok(target, {m: r or "" for m, r in members.items()}, connectors)
+        assert _spread_ok(target, members, connectors), {m: sorted(i.tasks) for m, i in target.items()}
 
 
 def test_no_racks_changes_nothing() -> None:
     inp = AssignInput([Member(f"m{i}") for i in range(4)], {"a": 7, "b": 3})
     racked = AssignInput([Member(f"m{i}", rack="only") for i in range(4)], {"a": 7, "b": 3})
     assert compute(INCREMENTAL_COOPERATIVE, inp).targets == compute(INCREMENTAL_COOPERATIVE, racked).targets
+
+
+def _placements_under_the_rule(sim: Sim) -> Iterator[dict[str, Items]]:
+    """Every placement of the tasks (connectors left out: balanced by count) that keeps the spread."""
+    tasks = sorted(all_items(sim.connectors).tasks)
+    members = sorted(sim.capacity)
+    for placement in itertools.product(range(len(members)), repeat=len(tasks)):
+        targets = {
+            m: Items(frozenset(), frozenset(t for t, p in zip(tasks, placement, strict=True) if p == i))
+            for i, m in enumerate(members)
+        }
+        if _spread_ok(targets, sim.racks, sim.connectors):
+            yield targets
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    groups(max_members=4, max_tasks=7, allow_small_budget=False, capacities=(1.0,), min_members=3),
+    st.lists(st.sampled_from(["r1", "r2", None]), min_size=4, max_size=4),
+)
+def test_load_balanced_with_racked_and_rackless_members_meets_the_ratio_wherever_the_rule_allows(
+    sim: Sim, racks: list[str | None]
+) -> None:
+    """A mix of members with and without a rack: the spread holds for the racked ones after every
+    run, and after ceil(items / max moves) + 1 runs the ratio is met, or no placement that keeps
+    the spread meets it with a lower maximum (an exhaustive search)."""
+    sim.racks = {m: r for m, r in zip(sorted(sim.capacity), racks, strict=False) if r is not None}
+    items = len(sim.connectors) + sum(sim.connectors.values())
+    for _ in range(math.ceil(items / max_moves(sim.input())) + 1):
+        sim.assign()
+        assert _spread_ok(sim.target, sim.racks, sim.connectors), {m: sorted(i.tasks) for m, i in sim.target.items()}
+        sim.now_ms += COOLDOWN
+    met = sim.goal_met(sim.target)
+    event(f"ratio met: {met}")
+    event(f"declared racks: {len(set(sim.racks.values()))}, without: {len(sim.capacity) - len(sim.racks)}")
+    if not met:
+        top = sim.max_ratio(sim.target)
+        better = next(
+            (t for t in _placements_under_the_rule(sim) if sim.goal_met(t) and sim.max_ratio(t) < top * (1 - 1e-9)),
+            None,
+        )
+        assert better is None, ({m: sorted(i.tasks) for m, i in sim.target.items()}, better)
+
+
+def test_a_member_without_a_rack_does_not_block_balance() -> None:
+    """Issue 37's case: three workers, one without a rack. It is in no rack, so it takes what the
+    balance asks (before, it counted as a rack of its own and held one task in three)."""
+    loads = {TaskId("src", i): 10.0 for i in range(6)} | {TaskId("src", 0): 100.0}
+    sim = Sim({"src": 6}, {"w0": 1.0, "w1": 1.0, "w2": 1.0}, loads, racks={"w0": "zone-a", "w1": "zone-b"})
+    for _ in range(4):
+        sim.assign()
+        sim.now_ms += COOLDOWN
+    assert sorted(len(sim.target[m].tasks) for m in ("w0", "w1", "w2")) == [1, 2, 3]
+    assert sim.max_ratio(sim.target) == 100.0  # the heavy task alone; 110 with the old rule
+
+
+def test_a_swap_within_one_connector_between_full_racks_is_allowed() -> None:
+    """Two racks, each at its cap of one connector: exchanging a heavy task for a light one of the
+    same connector changes no count, so the balance may make it."""
+    loads = {TaskId("a", 0): 10.0, TaskId("a", 1): 10.0, TaskId("a", 2): 1.0, TaskId("a", 3): 1.0}
+    start = {
+        "m0": Items(frozenset(), frozenset({TaskId("a", 0), TaskId("a", 1)})),
+        "m1": Items(frozenset(), frozenset({TaskId("a", 2), TaskId("a", 3)})),
+    }
+    sim = Sim({"a": 4}, {"m0": 1.0, "m1": 1.0}, loads, racks={"m0": "r1", "m1": "r2"}, max_moves=2, target=start)
+    out = sim.assign()
+    assert [(len(s.out), len(s.back)) for s in out.load_moves] == [(1, 1)]
+    assert sim.max_ratio(sim.target) == 11.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    conns,
+    st.integers(1, 2),
+    st.integers(2, 3),
+    st.integers(1, 3),
+    st.lists(st.sampled_from(["leave", "put"]), max_size=4),
+)
+def test_incremental_cooperative_with_rackless_members_spreads_and_stays_balanced(
+    connectors: dict[str, int], per_rack: int, racks: int, rackless: int, history: list[str]
+) -> None:
+    """Equal racks plus members without a rack: the count balance and the spread both hold (the
+    members without a rack take what the racks cannot; a leave takes one member without a rack)."""
+    members: dict[str, str | None] = {f"m{r}{i}": RACKS[r] for r in range(racks) for i in range(per_rack)}
+    members |= {f"n{i}": None for i in range(rackless)}
+    target: dict[str, Items] = {}
+    for step in ["assign", *history]:
+        if step == "leave" and any(r is None for r in members.values()):
+            del members[min(m for m, r in members.items() if r is None)]
+        elif step == "put":
+            connectors = {**connectors, "e": connectors.get("e", 0) + 5}
+        target = _assign_by_count(members, connectors, target)
