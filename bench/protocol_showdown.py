@@ -91,6 +91,13 @@ MODE_LABELS = {
     "push": "connect + push",
     "static": "connect + push + static members",
 }
+SHORT_LABELS = {
+    "eager": "classic eager",
+    "sessioned": "classic cooperative",
+    "connect": "connect (paced)",
+    "push": "connect + push",
+    "static": "connect + push + static",
+}
 SCENARIOS = ("scale_out", "kill", "rolling_restart", "tasks_raised")
 FIGURES = ("task_seconds_down", "items_stopped", "items_moved", "time_to_stable_ms")
 
@@ -459,11 +466,14 @@ class Window:
     items_before: frozenset[str]
     items_after: frozenset[str]
     note: str = ""
+    # A rolling restart's (slot, SIGTERM sent, the new process runs work or was given up on).
+    restarts: list[tuple[str, float, float]] = field(default_factory=list)
 
 
 def run_scenario(cluster: Cluster, scenario: str, log: Callable[[str], None]) -> Window:
     before = cluster.items
     note = ""
+    restarts: list[tuple[str, float, float]] = []
     if scenario == "scale_out":
         slot = cluster.start_worker()
         trigger = cluster.first_write(slot)
@@ -485,6 +495,7 @@ def run_scenario(cluster: Cluster, scenario: str, log: Callable[[str], None]) ->
             cluster.first_write(slot)
             if not cluster.runs_work(slot, ROLL_WAIT_S):
                 gave_up += 1
+            restarts.append((slot, t, time.time()))
         if gave_up:
             note = f"{gave_up} restarted workers ran no work within {ROLL_WAIT_S:.0f} s (moved on)"
     elif scenario == "tasks_raised":
@@ -496,7 +507,7 @@ def run_scenario(cluster: Cluster, scenario: str, log: Callable[[str], None]) ->
         raise ValueError(f"unknown scenario {scenario!r}")
     end = cluster.wait_stable(trigger)
     log(f"  {cluster.mode} {scenario}: stable after {end - QUIET_S - trigger:.2f} s {note}".rstrip())
-    return Window(cluster.mode, scenario, trigger, end, before, cluster.items, note)
+    return Window(cluster.mode, scenario, trigger, end, before, cluster.items, note, restarts)
 
 
 # ---- figures from the status files ------------------------------------------------------------------
@@ -508,6 +519,25 @@ class Figures:
     items_stopped: int | None
     items_moved: int | None
     time_to_stable_ms: int | None
+
+
+def foreign_stops(samples: list[Sample], w: Window) -> tuple[int, int]:
+    """A rolling restart's stops (an item no longer running anywhere), and how many of them were
+    not of the worker restarting at that moment (its own items, for its own restart)."""
+    stops = foreign = 0
+    prev: dict[str, str] = {}
+    for s in samples:
+        if s.t > w.end:
+            break
+        now = {item: slot for slot, v in s.slots.items() for item in v.running}
+        if s.t > w.trigger:
+            for item, slot in prev.items():
+                if item not in now:
+                    stops += 1
+                    own = any(r == slot and t0 <= s.t <= t1 for r, t0, t1 in w.restarts)
+                    foreign += not own
+        prev = now
+    return stops, foreign
 
 
 def status_figures(samples: list[Sample], w: Window) -> Figures:
@@ -675,7 +705,12 @@ def run_mode(
             cluster.start_worker()
         cluster.wait_stable(t0)
         log(f"  {mode}: {size.workers} workers stable after {time.time() - QUIET_S - t0:.1f} s")
-        windows = [run_scenario(cluster, s, log) for s in scenarios]
+        windows = []
+        for s in scenarios:
+            # Windows must not overlap: the job dates a lost member's stop at its last heartbeat,
+            # up to LOOKBACK_S before the kill that follows.
+            time.sleep(LOOKBACK_S + 0.25)
+            windows.append(run_scenario(cluster, s, log))
         return ModeRun(
             mode,
             cluster.database,
@@ -693,6 +728,7 @@ class Result:
     records: list[dict[str, Any]] = field(default_factory=list)
     disagreements: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)  # what the job cannot see (CLASSIC_GAP)
+    foreign_stops: dict[str, tuple[int, int]] = field(default_factory=dict)  # rolling restart, per mode
     notes: list[str] = field(default_factory=list)
     sampling_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -739,6 +775,12 @@ def showdown(
                 result.disagreements.append(f"{w.mode} {w.scenario}: {d}")
             if w.note:
                 result.notes.append(f"{w.mode} {w.scenario}: {w.note}")
+            if w.restarts:
+                stops, foreign = foreign_stops(run.samples, w)
+                result.notes.append(
+                    f"{w.mode} {w.scenario}: {stops} stops, {foreign} of them not the restarting worker's own items"
+                )
+                result.foreign_stops[w.mode] = (stops, foreign)
     return result
 
 
@@ -749,7 +791,7 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.1f}"
+        return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
     return str(v)
 
 
@@ -779,7 +821,7 @@ def svg_chart(records: Iterable[dict[str, Any]], title: str) -> str:
     recs = [r for r in records if r["source"] == "status" and r["task_seconds_down"] is not None]
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in recs)]
     modes = [m for m in MODES if any(r["mode"] == m for r in recs)]
-    colors = ["#d62728", "#ff7f0e", "#9467bd", "#1f77b4", "#2ca02c"]
+    colors = dict(zip(MODES, ("#d62728", "#ff7f0e", "#9467bd", "#1f77b4", "#2ca02c"), strict=True))
     width, height, left, top, bottom = 900, 420, 70, 50, 90
     plot_h = height - top - bottom
     group_w = (width - left - 20) / max(len(scenarios), 1)
@@ -812,14 +854,17 @@ def svg_chart(records: Iterable[dict[str, Any]], title: str) -> str:
             x, yy = x0 + mi * bar_w, y(v)
             out.append(
                 f'<rect x="{x:.1f}" y="{yy:.1f}" width="{bar_w - 2:.1f}" height="{top + plot_h - yy:.1f}" '
-                f'fill="{colors[mi % len(colors)]}"><title>{MODE_LABELS[mode]}, {scenario}: {v:.2f} s</title></rect>'
+                f'fill="{colors[mode]}"><title>{MODE_LABELS[mode]}, {scenario}: {v:.2f} s</title></rect>'
+            )
+            out.append(
+                f'<text x="{x + bar_w / 2 - 1:.1f}" y="{yy - 3:.1f}" text-anchor="middle" font-size="9">{_fmt(v)}</text>'
             )
         out.append(f'<text x="{x0 + group_w * 0.4:.1f}" y="{top + plot_h + 18}" text-anchor="middle">{scenario}</text>')
     for mi, mode in enumerate(modes):
-        x = left + mi * 165
+        x = left + mi * 160
         yy = height - 30
-        out.append(f'<rect x="{x}" y="{yy - 10}" width="12" height="12" fill="{colors[mi % len(colors)]}"/>')
-        out.append(f'<text x="{x + 16}" y="{yy}">{MODE_LABELS[mode].replace(" (--no-push)", "")}</text>')
+        out.append(f'<rect x="{x}" y="{yy - 10}" width="12" height="12" fill="{colors[mode]}"/>')
+        out.append(f'<text x="{x + 16}" y="{yy}">{SHORT_LABELS[mode]}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -850,9 +895,10 @@ def goals(result: Result) -> list[str]:
     moved = f("static", "rolling_restart", "status", "items_moved")
     if moved is not None:
         stopped = f("static", "rolling_restart", "status", "items_stopped")
+        stops, foreign = result.foreign_stops.get("static", (None, None))
         out.append(
-            f"rolling restart, static members: {moved} items moved (goal 0), {stopped} items stopped "
-            "(goal: each restarted worker's own items only, i.e. every item once)"
+            f"rolling restart, static members: {moved} items moved (goal 0); {stopped} items stopped in "
+            f"{stops} stops, {foreign} of them not the restarting worker's own items (goal 0)"
         )
     return out
 
@@ -868,7 +914,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, default=None, metavar="FILE", help="write the table as Markdown")
     ap.add_argument("--svg", type=Path, default=None, metavar="FILE", help="write the chart (SVG)")
     ap.add_argument("--workdir", type=Path, default=None, metavar="DIR", help="keep databases and logs here")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="run nothing: print the table and goals of an earlier --json output (and write --markdown / --svg)",
+    )
     args = ap.parse_args(argv)
+    if args.from_json:
+        try:
+            records = json.loads(args.from_json.read_text())
+        except (OSError, ValueError) as e:
+            print(f"protocol_showdown: --from-json: {e}", file=sys.stderr)
+            return 2
+        write_outputs(Result(records=records), args, "")
+        return 0
     size = SIZES["large" if args.large else "quick" if args.quick else "default"]
     modes = args.modes.split(",") if args.modes else (["eager", "push"] if args.quick else list(MODES))
     scenarios = args.scenarios.split(",") if args.scenarios else (["scale_out"] if args.quick else list(SCENARIOS))
@@ -897,6 +958,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         result = showdown(size, modes, scenarios, workdir, spark_factory)
         print(f"\n(run took {time.monotonic() - started:.0f} s)\n")
+    write_outputs(result, args, f"{size.workers} workers, ")
+    return 0
+
+
+def write_outputs(result: Result, args: argparse.Namespace, what: str) -> None:
     print(markdown_table(result.records))
     print(f"tolerance: {TOLERANCE}")
     for mode, (p50, p99) in result.sampling_ms.items():
@@ -914,10 +980,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(markdown_table(result.records))
     if args.svg:
-        args.svg.write_text(
-            svg_chart(result.records, f"Rebalance downtime by protocol ({size.workers} workers, scale 1/{SCALE})")
-        )
-    return 0
+        title = f"Task-seconds of downtime per scenario, by protocol ({what}timeouts / {SCALE}; status files)"
+        args.svg.write_text(svg_chart(result.records, title))
 
 
 if __name__ == "__main__":
