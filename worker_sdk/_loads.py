@@ -247,7 +247,9 @@ class LoadReporter:
       and some item's load moved by more than `threshold` from it (or an item with a load was not
       in it). Items revoked since are not a reason: the coordinator drops their loads itself.
     * A report counts once the heartbeat that carried it succeeded (`acked`); one that failed is
-      simply reconsidered at the next heartbeat.
+      simply reconsidered at the next heartbeat. One the coordinator refused (`refused`:
+      INVALID_REQUEST on `item_loads`, e.g. an item it has just taken away) is dropped -- never
+      fatal -- and the next, full, report goes an interval later.
     """
 
     def __init__(
@@ -262,6 +264,7 @@ class LoadReporter:
         self.reported: dict[Item, float] | None = None  # the last acknowledged report (None: none since joining)
         self.reported_ms: int | None = None
         self.reports = 0  # acknowledged reports, for tests and status
+        self.refusals = 0  # reports the coordinator refused (dropped)
         self._sent: _Sent | None = None
 
     def reset(self) -> None:
@@ -276,15 +279,27 @@ class LoadReporter:
 
     def due(self, now_ms: int, loads: Mapping[Item, float]) -> bool:
         """Whether `loads` (the loads of the items the worker runs now) are to be reported now."""
-        if self.reported is None:
-            return bool(loads)
         if self.too_soon(now_ms):
             return False
+        if self.reported is None:
+            return bool(loads)
         before = self.reported
         return any(moved(before.get(item), value, self.threshold) for item, value in loads.items())
 
     def sent(self, seq: int, loads: Mapping[Item, float], now_ms: int) -> None:
         self._sent = _Sent(seq, dict(loads), now_ms)
+
+    def refused(self, seq: int, now_ms: int) -> None:
+        """The coordinator refused the report the heartbeat ``seq`` carried (INVALID_REQUEST on
+        ``item_loads``): it is dropped, none goes before ``interval_ms`` from now, and then a full
+        report goes (as after a join: whatever moved or not)."""
+        sent = self._sent
+        if sent is None or sent.seq != seq:
+            return
+        self._sent = None
+        self.reported = None
+        self.reported_ms = now_ms
+        self.refusals += 1
 
     def acked(self, seq: int) -> None:
         """The heartbeat `seq` succeeded: what it carried is what the coordinator has."""

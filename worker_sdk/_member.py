@@ -273,6 +273,12 @@ def validate_assignment(a: coordinator_pb2.MemberAssignment) -> str | None:
     return None
 
 
+def _load_report_refused(out: OutgoingHeartbeat, code: int, message: str) -> bool:
+    """Whether the coordinator refused the heartbeat ``out`` for the loads it carried (INVALID_REQUEST
+    naming ``item_loads``): not fatal, unlike any other INVALID_REQUEST."""
+    return code == ErrorCode.INVALID_REQUEST and out.request.HasField("item_loads") and "item_loads" in message
+
+
 def _error_name(code: int) -> str:
     return ErrorCode.Name(code) if code in ErrorCode.values() else f"unknown error code {code}"
 
@@ -624,6 +630,18 @@ class Member:
             self._on_success(out, response, now_ms)
         elif code in FENCING_ERRORS:
             self._fence(now_ms, f"{_error_name(code)}: {response.error_message}")
+        elif _load_report_refused(out, code, response.error_message):
+            # A worker does not die for a load report (it may name an item the coordinator has
+            # just taken away): the report is dropped, the heartbeat goes again without it, and a
+            # full report follows at the next report interval.
+            log.warning(
+                "member %s: load report refused (%s); dropped, a full report follows in %d ms",
+                self.member_id,
+                response.error_message,
+                self.load_reporter.interval_ms,
+            )
+            self.load_reporter.refused(out.seq, now_ms)
+            self._on_error(now_ms)
         elif code in FATAL_ERRORS:
             self._fail(now_ms, code, response.error_message)
         elif code == ErrorCode.UNRELEASED_INSTANCE_ID:

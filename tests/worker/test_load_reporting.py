@@ -173,6 +173,45 @@ def test_a_failed_report_is_sent_again_at_the_next_heartbeat() -> None:
     assert m.load_reporter.reports == 1
 
 
+def test_a_refused_report_is_dropped_the_worker_keeps_heartbeating_and_reports_in_full_an_interval_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """INVALID_REQUEST on item_loads (an item the coordinator has just taken away, say) is not fatal:
+    one log line, the heartbeat goes again at once without loads, steady heartbeats follow, and a
+    full report (unchanged loads included) goes at the next report interval."""
+    m = joined_running(items("a-0", "a-1"), {TaskId("a", 0): 5.0, TaskId("a", 1): 7.0})
+    out = send(m, 0)
+    assert loads_of(out.request) == {"a-0": 5.0, "a-1": 7.0}
+    refusal = "item_loads[a-1]: the member does not own a-1; report only the items it runs"
+    with caplog.at_level("WARNING", logger="worker_sdk"):
+        m.on_heartbeat_response(out.seq, error(ErrorCode.INVALID_REQUEST, refusal), 5)
+    assert m.state == MemberState.STABLE and m.fatal_error is None
+    assert [r.getMessage() for r in caplog.records if "load report refused" in r.getMessage()] == [
+        f"member {m.member_id}: load report refused ({refusal}); dropped, a full report follows in {REPORT_MS} ms"
+    ]
+    assert m.load_reporter.reports == 0 and m.load_reporter.refusals == 1
+    retry_at = m.next_wakeup_ms()
+    assert retry_at is not None and retry_at < INTERVAL
+    again = send(m, retry_at)
+    assert loads_of(again.request) is None, "the refused report is not sent again at once"
+    ok(m, again, retry_at)
+    m.loads.set(TaskId("a", 0), 50.0)  # a move beyond the threshold waits for the interval too
+    steady(m, retry_at + INTERVAL, REPORT_MS)
+    assert m.state == MemberState.STABLE
+    later = retry_at + REPORT_MS
+    assert loads_of(heartbeat(m, later)) == {"a-0": 50.0, "a-1": 7.0}, "the full report, an interval later"
+    assert m.load_reporter.reports == 1
+    steady(m, later + INTERVAL, later + REPORT_MS)
+
+
+def test_an_invalid_request_not_about_loads_is_still_fatal() -> None:
+    m = joined_running(items("a-0"), {TaskId("a", 0): 5.0})
+    out = send(m, 0)
+    assert loads_of(out.request) is not None
+    m.on_heartbeat_response(out.seq, error(ErrorCode.INVALID_REQUEST, "rebalance_timeout_ms must be >= 0"), 5)
+    assert m.state == MemberState.FATAL
+
+
 def test_a_rejoin_after_fencing_sends_the_full_report_at_once() -> None:
     m = joined_running(items("a-0"), {TaskId("a", 0): 5.0})
     heartbeat(m, 0)
