@@ -10,7 +10,8 @@ from collections import Counter
 
 from connect.coordinator.v1 import admin_pb2, classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.common.items import EMPTY
+from services.classic import ConnectAssignment, encode_assignment
+from services.common.items import EMPTY, TaskId
 from simulator.engine import run_scenario
 from simulator.planted import planted
 from simulator.scenario import CLASSIC, CONNECT, MIXED, ROLL_PLANS, WORKER_START, Scenario, generate
@@ -88,7 +89,7 @@ def test_mixed_seeds_roll_both_ways_and_hold_every_invariant() -> None:
 
 
 def test_the_simulator_finds_an_upgrade_that_does_not_carry_the_classic_assignments() -> None:
-    seeds = mixed_seeds(30)
+    seeds = mixed_seeds(40)  # (first found at the 19th, seed 123)
     with planted(["upgrade-without-assignments"]):
         failure, _, _ = first_failure(seeds)
     assert failure is not None, "upgrade-without-assignments was not found"
@@ -162,6 +163,50 @@ def test_a_fenced_classic_member_rejoining_under_its_id_must_stop_its_held_work(
     m.check_recovery()
 
 
+def test_an_upgrade_counts_what_a_member_was_told_to_stop_as_still_running() -> None:
+    """Found by the 20,000-scenario soak (mixed seed 1442; `a-cross`): the upgrade read what a
+    cooperative member runs as its allocation minus what its last assignment revoked plus what it
+    assigned -- but that SyncGroup answer never reached it (the coordinator crashed), so it still ran
+    the revoked task, which the `connect` group then counted as nobody's. Now the revoked items stay
+    the member's until it says otherwise (its next JoinGroup)."""
+    m = Migration()
+    m1, m2 = m.classic_group([items("A", "A-0"), items("B")])
+    m.cjoin(m1, items("A", "A-0"))  # a rebalance: both rejoin
+    m.cjoin(m2, items("B"))
+    generation, leader = m.generation(), m.classic().value.leader
+    follower = m2 if leader == m1 else m1
+    m.sync(follower, generation)
+    # the leader moves A-0 from m1 to m2 (revoked now, assigned at the follow-up); m1 never hears it
+    revoke = ConnectAssignment(2, 0, leader, "", 0, (), (), (), (TaskId("A", 0),))
+    keep = ConnectAssignment(2, 0, leader, "", 0, (), ())
+    data = {m1: encode_assignment(revoke), m2: encode_assignment(keep)}
+    assert m.sync(leader, generation, data).error_code == ErrorCode.NONE
+    m.connect_join()
+    assert m.group().classic is None
+    assert m.runs(m1) == items("A", "A-0")  # (before the fix: A only, A-0 free while m1 runs it)
+    m.check_recovery()
+
+
+def test_an_empty_group_converting_after_a_downgrade_keeps_its_assignment_epoch() -> None:
+    """Found by the 20,000-scenario soak (mixed seed 1170; `d-durability`): a downgrade deletes the
+    `connect` target; when the classic group emptied and a `connect` worker joined (rule 1), its
+    assignment epoch started again at 0, behind the epochs its former members had been told. Now it
+    starts at the group epoch, as the upgrade's does."""
+    m = Migration()
+    m1, m2 = m.classic_group([items("A"), items("B")])
+    c = m.connect_join().member_id
+    m.compute(c, {m1: items("A"), m2: items("B"), c: EMPTY})
+    before = m.group().assignment_epoch
+    m.chb(c, -1)  # the last connect member leaves: downgraded
+    assert m.group().classic is not None
+    m.leave(m1, m2)  # the classic workers go too: an empty classic group
+    m.connect_join()  # rule 1
+    group = m.group()
+    assert group.classic is None and group.assignment_epoch >= before > 0, (group.assignment_epoch, before)
+    assert group.assignment_epoch <= group.epoch
+    m.check_recovery()
+
+
 def _converted_member(session_ms: int = 3_000) -> tuple[ClassicMember, int]:
     """A cooperative classic member Stable in a `connect` group (its JoinGroup answer named no
     leader) running A, at time 1000: (the member, now)."""
@@ -197,8 +242,6 @@ def test_a_classic_member_of_a_connect_group_is_not_kept_alive_by_a_lost_sync() 
     # the JoinGroup was answered: its send time (0) proves the member alive, not its receipt
     deadline = m.safety_deadline_ms()
     assert deadline is None  # nothing runs yet
-    from services.classic import ConnectAssignment, encode_assignment
-
     assignment = encode_assignment(ConnectAssignment(2, 0, "", "", 1, ("A",), ()))
     m.on_response(sync.seq, classic_pb2.SyncGroupResponse(protocol_name="sessioned", assignment=assignment), 10)
     assert m.state == ClassicState.STABLE

@@ -66,7 +66,14 @@ from typing import Any
 
 from connect.coordinator.v1 import classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.classic import ConnectAssignment, ProtocolError, decode_metadata, encode_assignment, protocol_version
+from services.classic import (
+    ConnectAssignment,
+    ProtocolError,
+    decode_assignment,
+    decode_metadata,
+    encode_assignment,
+    protocol_version,
+)
 from services.common.items import EMPTY as EMPTY_ITEMS
 from services.common.items import Items
 from services.coordinator.core import validation
@@ -135,6 +142,15 @@ Protocols = tuple[tuple[str, bytes], ...]
 
 def _protocols(req: classic_pb2.JoinGroupRequest) -> Protocols:
     return tuple((p.name, bytes(p.metadata)) for p in req.protocols)
+
+
+def _revoked(assignment: bytes) -> Items:
+    """The items a stored V1/V2 classic assignment told its member to stop (nothing if none or unreadable)."""
+    try:
+        a = decode_assignment(assignment) if assignment else None
+    except ProtocolError:
+        return EMPTY_ITEMS
+    return Items.of(a.revoked_connectors, a.revoked_tasks) if a is not None else EMPTY_ITEMS
 
 
 def _next_generation(generation: int) -> int:
@@ -931,6 +947,9 @@ class ClassicGroups(CoreBase):
         sink.emit(ClassicGroupMetadata(gid, None))
         epoch = max(group.epoch, classic.generation)
         sink.emit(GroupMetadata(gid, replace(group.meta, group_type=GROUP_TYPE, epoch=epoch)))
+        # The assignment epoch starts there too: after a downgrade it would otherwise start again at 0
+        # (the downgrade deleted the target), behind what the group's members were told before.
+        sink.emit(TargetMetadata(gid, TargetMetadataValue(assignment_epoch=epoch, computed_by=CLASSIC_GROUP_TYPE)))
 
     # ---- online migration (SPEC §12 rules 2-5; Kafka's GroupMetadataManager online upgrade and downgrade)
 
@@ -964,6 +983,9 @@ class ClassicGroups(CoreBase):
             view = explain.classic_view(classic, m)
             if view.state.startswith(explain.CLASSIC_UNREADABLE):
                 raise self._not_upgraded(group, f"what member '{m.member_id}' runs cannot be read ({view.state})")
+            # What it was told to stop may still run: the answer may never have reached it (lost, or
+            # the coordinator crashed), and only its next JoinGroup would tell (found by the simulator).
+            view = replace(view, items=view.items | _revoked(m.value.assignment))
             for key in view.items.item_keys():
                 other = owner.get(key) or group.held_owner.get(key)
                 if other is not None:
