@@ -763,13 +763,15 @@ def showdown(
         for w in run.windows:
             status = status_figures(run.samples, w)
             job = job_figures(downtime, epochs, run.members, w)
-            for source, f in (("job", job), ("status", status)):
-                result.records.append({"mode": w.mode, "scenario": w.scenario, "source": source, **asdict(f)})
             # A classic group's window in which the job found no item rows at all: the gap, not a
-            # disagreement (once the coordinator names classic items, they are compared too).
+            # disagreement (once the coordinator names classic items, they are compared too); its
+            # item figures are recorded as null (not measured), not as zeros.
             blind = w.mode in CLASSIC_MODES and not job.items_stopped and not job.task_seconds_down
             if blind:
                 result.gaps.append(f"{w.mode} {w.scenario}: {CLASSIC_GAP}")
+            shown = Figures(None, None, None, job.time_to_stable_ms) if blind else job
+            for source, f in (("job", shown), ("status", status)):
+                result.records.append({"mode": w.mode, "scenario": w.scenario, "source": source, **asdict(f)})
             items_down = (status.items_stopped or 0) + len(w.items_after - w.items_before)
             for d in agree(job, status, items_down, items_comparable=not blind):
                 result.disagreements.append(f"{w.mode} {w.scenario}: {d}")
@@ -895,11 +897,11 @@ def goals(result: Result) -> list[str]:
     moved = f("static", "rolling_restart", "status", "items_moved")
     if moved is not None:
         stopped = f("static", "rolling_restart", "status", "items_stopped")
-        stops, foreign = result.foreign_stops.get("static", (None, None))
-        out.append(
-            f"rolling restart, static members: {moved} items moved (goal 0); {stopped} items stopped in "
-            f"{stops} stops, {foreign} of them not the restarting worker's own items (goal 0)"
-        )
+        line = f"rolling restart, static members: {moved} items moved (goal 0); {stopped} items stopped"
+        if "static" in result.foreign_stops:
+            stops, foreign = result.foreign_stops["static"]
+            line += f" in {stops} stops, {foreign} of them not the restarting worker's own items (goal 0)"
+        out.append(line)
     return out
 
 
