@@ -46,6 +46,15 @@ WARM_EVENTS = 20_000
 COLUMNS = "id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details"
 
 
+def columns(source: Path) -> str:
+    """COLUMNS, and the typed event columns (storage migration 0009) when the source has them (a
+    source generated before it has not: its copies then hold NULL there, as an upgraded log would)."""
+    with sqlite3.connect(source) as c:
+        have = [r[1] for r in c.execute("PRAGMA table_info(rebalance_events)")]
+    extra = [n for n in have if n not in COLUMNS.split(", ")]
+    return ", ".join([COLUMNS, *extra])
+
+
 THREAD_KINDS = (("tasks", "Executor task"), ("JIT", "CompilerThre"), ("GC", "GC Thread"))
 
 
@@ -103,7 +112,7 @@ def replicate(source: Path, copies: int) -> Path:
     partial.unlink(missing_ok=True)
     with Storage(f"sqlite:///{partial}"):
         pass  # migrated, empty
-    cols = COLUMNS.replace("id, ", "", 1)
+    cols = columns(source).replace("id, ", "", 1)
     with sqlite3.connect(partial) as c:
         c.execute("ATTACH DATABASE ? AS src", (str(source),))
         c.execute("CREATE TEMP TABLE k (k INTEGER)")
@@ -124,7 +133,9 @@ def copy_sqlite(source: Path, target: Path, n: int) -> str:
     with sqlite3.connect(target) as c:
         c.execute("ATTACH DATABASE ? AS src", (str(source),))
         c.execute(
-            f"INSERT INTO rebalance_events ({COLUMNS}) SELECT {COLUMNS} FROM src.rebalance_events WHERE id <= ?", (n,)
+            f"INSERT INTO rebalance_events ({columns(source)}) SELECT {columns(source)} FROM src.rebalance_events "
+            "WHERE id <= ?",
+            (n,),
         )
     return url
 
@@ -141,13 +152,16 @@ def copy_postgres(source: Path, url: str, n: int) -> None:
     u = make_url(url)
     with psycopg2.connect(host=u.host, port=u.port, user=u.username, dbname=u.database) as pg, pg.cursor() as cur:
         with sqlite3.connect(source) as c:
-            rows = c.execute(f"SELECT {COLUMNS} FROM rebalance_events WHERE id <= ? ORDER BY id", (n,))
+            cols = columns(source)
+            rows = c.execute(f"SELECT {cols} FROM rebalance_events WHERE id <= ? ORDER BY id", (n,))
             while batch := rows.fetchmany(100_000):
                 buf = io.StringIO()
-                csv.writer(buf).writerows(batch)
+                # NULL as \N: an empty item list ('') is not a missing one (NULL).
+                csv.writer(buf).writerows([["\\N" if v is None else v for v in r] for r in batch])
                 buf.seek(0)
                 cur.copy_expert(
-                    f"COPY rebalance_events ({COLUMNS}) FROM STDIN WITH (FORMAT csv, FORCE_NOT_NULL (group_id, event, member_id))",
+                    f"COPY rebalance_events ({cols}) FROM STDIN WITH (FORMAT csv, NULL '\\N', "
+                    "FORCE_NOT_NULL (group_id, event, member_id))",
                     buf,
                 )
         cur.execute(

@@ -378,6 +378,47 @@ def _classic_member_row(row: Sequence[Any]) -> Record:
     )
 
 
+# The event log's typed columns (migration 0009): what the analytics job reads of the details.
+EVENT_LISTS = ("connectors", "tasks", "removed_connectors", "removed_tasks")
+EVENT_STRINGS = ("reason", "cause", "executor", "instance_id", "url")
+EVENT_NUMBERS = ("items", "last_heartbeat_ms", "previous", "members")
+EVENT_COLUMNS = ("columns_version", *EVENT_LISTS, *EVENT_STRINGS, *EVENT_NUMBERS, "temporary")
+_UNTYPED: dict[str, Any] = dict.fromkeys(EVENT_COLUMNS)
+
+
+def event_columns(details: Any) -> dict[str, Any]:
+    """The typed columns of an event's details (columns_version 1): the item lists as names joined
+    by newlines, the strings, numbers and flag as they are. Details that are not an object, or with
+    a field of another type (a list of non-names, a number as text, ...), get none (all NULL): a
+    reader parses `details` then, and judges them as it always did."""
+    if not isinstance(details, dict):
+        return _UNTYPED
+    out = dict(_UNTYPED)
+    for name in EVENT_LISTS:
+        v = details.get(name)
+        if v is None:
+            continue
+        if not isinstance(v, list | tuple) or not all(isinstance(x, str) and x and "\n" not in x for x in v):
+            return _UNTYPED
+        out[name] = "\n".join(v)
+    for name in EVENT_STRINGS:
+        v = details.get(name)
+        if v is not None and not isinstance(v, str):
+            return _UNTYPED
+        out[name] = v
+    for name in EVENT_NUMBERS:
+        v = details.get(name)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            return _UNTYPED
+        out[name] = v
+    v = details.get("temporary")
+    if v is not None and not isinstance(v, bool):
+        return _UNTYPED
+    out["temporary"] = v
+    out["columns_version"] = 1
+    return out
+
+
 def event_params(r: RebalanceEvent) -> Params:
     return {
         "group_id": r.group_id,
@@ -388,12 +429,14 @@ def event_params(r: RebalanceEvent) -> Params:
         "assignment_epoch": r.assignment_epoch,
         "member_epoch": r.member_epoch,
         "details": r.details,
+        **event_columns(r.details),
     }
 
 
 def event_from_row(row: Sequence[Any]) -> tuple[int, RebalanceEvent]:
-    """A selected ``rebalance_events`` row (columns in table order) as (id, record)."""
-    event_id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details = row
+    """A selected ``rebalance_events`` row (columns in table order) as (id, record); the typed
+    columns after `details` repeat what it holds."""
+    event_id, group_id, time_ms, event, member_id, group_epoch, assignment_epoch, member_epoch, details = row[:9]
     return event_id, RebalanceEvent(
         group_id=group_id,
         time_ms=time_ms,

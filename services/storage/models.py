@@ -14,7 +14,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Double, Index, Integer, LargeBinary, MetaData, String, Table, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    text,
+)
 
 # SQLite only auto-assigns INTEGER PRIMARY KEY (the rowid); PostgreSQL gets a BIGSERIAL.
 EventId = BigInteger().with_variant(Integer(), "sqlite")
@@ -183,6 +198,13 @@ EVENTS_TABLE = Table(
     _col("assignment_epoch", Integer),
     _col("member_epoch", Integer),
     _col("details", JSON),
+    # Migration 0009: what the analytics job reads of the details, typed (see codec.event_columns);
+    # NULL on rows stored before it.
+    Column("columns_version", SmallInteger),
+    *(Column(name, Text) for name in ("connectors", "tasks", "removed_connectors", "removed_tasks")),
+    *(Column(name, String) for name in ("reason", "cause", "executor", "instance_id", "url")),
+    *(Column(name, BigInteger) for name in ("items", "last_heartbeat_ms", "previous", "members")),
+    Column("temporary", Boolean),
     Index("ix_rebalance_events_group_id_time_ms", "group_id", "time_ms"),
     sqlite_autoincrement=True,
 )

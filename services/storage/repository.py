@@ -51,7 +51,7 @@ SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 # The newest migration's revision. A database already at it is opened without importing alembic
 # (about 11 MB of a serving coordinator's memory); a test checks it against alembic's own head.
-SCHEMA_HEAD = "0008"
+SCHEMA_HEAD = "0009"
 
 # Arbitrary constant identifying "the coordinator schema migration" among advisory locks.
 _MIGRATION_LOCK_KEY = 0x636F6E6E656374  # "connect"

@@ -52,8 +52,8 @@ def test_connect_metrics_run_binds_loopback_without_spark_local_ip(spark: SparkS
     warning to set SPARK_LOCAL_IP) on any machine that has one. Its tables, data_quality empty,
     open in a plain read."""
     url = f"sqlite:///{tmp_path / 'coordinator.db'}"
-    events = seed_case_studies()
-    write_events(url, events)  # no data-quality problems: data_quality has no rows
+    written = seed_case_studies()
+    write_events(url, written)  # no data-quality problems: data_quality has no rows
     conf_dir, events_dir, out = tmp_path / "conf", tmp_path / "eventlog", tmp_path / "out"
     conf_dir.mkdir()
     events_dir.mkdir()
@@ -74,7 +74,7 @@ def test_connect_metrics_run_binds_loopback_without_spark_local_ip(spark: SparkS
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"full run: {len(events)} events read" in proc.stdout, proc.stdout
+    assert f"full run: {len(written)} events read" in proc.stdout, proc.stdout
 
     [log] = list(events_dir.iterdir())
     events = [json.loads(line) for line in log.read_text().splitlines()]

@@ -120,7 +120,8 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (migrate.MIGRATIONS_DIR / "versions" / "0006_config_offset.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0007_member_migration_fields.py").is_file()
     assert (migrate.MIGRATIONS_DIR / "versions" / "0008_load_fields.py").is_file()
-    assert migrate.head_revision() == "0008"
+    assert (migrate.MIGRATIONS_DIR / "versions" / "0009_event_columns.py").is_file()
+    assert migrate.head_revision() == "0009"
     # Opening a current database compares with this constant instead of importing alembic.
     assert migrate.head_revision() == SCHEMA_HEAD
 
@@ -142,7 +143,7 @@ def test_a_current_database_opens_without_alembic_and_an_old_one_is_refused_with
             migrate.downgrade(conn, "0006")
         old = Storage(db_url)
         with pytest.raises(
-            StorageError, match="at revision 0006, this version needs 0008: run `connect-coordinator migrate`"
+            StorageError, match="at revision 0006, this version needs 0009: run `connect-coordinator migrate`"
         ):
             old.open(migrate_schema=False)
         with engine.connect() as conn:
@@ -409,5 +410,100 @@ def test_upgrade_from_0007_loads_default_loads_and_downgrade_drops_only_the_load
             assert conn.exec_driver_sql("SELECT count(*) FROM group_connectors").scalar() == 2
         with Storage(db_url) as s:  # and up again: the defaults, the rest as written
             assert s.load() == _as_before_0008(records)
+    finally:
+        engine.dispose()
+
+
+EVENT_0009_COLUMNS = (
+    "columns_version",
+    "connectors",
+    "tasks",
+    "removed_connectors",
+    "removed_tasks",
+    "reason",
+    "cause",
+    "executor",
+    "instance_id",
+    "url",
+    "items",
+    "last_heartbeat_ms",
+    "previous",
+    "members",
+    "temporary",
+)
+
+
+def test_upgrade_from_0008_keeps_events_untyped_and_downgrade_drops_only_the_event_columns(db_url: str) -> None:
+    """0009 (issue 38) adds the event log's typed columns: events stored by 0008 keep NULL in all of
+    them and read back as they were; events written after it carry them (the item lists joined by
+    newlines, the rest as in the details; details that do not type -- not an object, a list of
+    non-names -- none), and read back the same; downgrading drops the columns and nothing else, and
+    ids are not reused."""
+    from services.coordinator.core.records import RebalanceEvent
+
+    old = RebalanceEvent("g", 1, "member_left", "m1", 2, 2, 2, {"items": 2, "connectors": ["a"], "tasks": ["a-0"]})
+    new = [
+        RebalanceEvent(
+            "g",
+            2,
+            "member_expired",
+            "m2",
+            3,
+            3,
+            3,
+            {"items": 1, "connectors": [], "tasks": ["b-1"], "last_heartbeat_ms": 1, "held": True, "cause": "x"},
+        ),
+        RebalanceEvent("g", 3, "member_joined", "m3", details={"instance_id": "i-1", "url": "http://w:8083"}),
+        RebalanceEvent("g", 4, "member_left", "m3", details={"temporary": True, "connectors": ["c"]}),
+        RebalanceEvent("g", 5, "items_assigned", "m3", details={"connectors": [1, 2]}),  # not names: untyped
+        RebalanceEvent("g", 6, "items_assigned", "m3", details="{not json"),  # type: ignore[arg-type]
+    ]
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0008")
+            assert not set(EVENT_0009_COLUMNS) & {c["name"] for c in inspect(conn).get_columns("rebalance_events")}
+            conn.execute(
+                text(
+                    "INSERT INTO rebalance_events (group_id, time_ms, event, member_id, group_epoch, "
+                    "assignment_epoch, member_epoch, details) VALUES ('g', 1, 'member_left', 'm1', 2, 2, 2, :d)"
+                ),
+                {"d": json.dumps(old.details)},
+            )
+        with Storage(db_url) as s:  # opening migrates 0008 -> 0009
+            with s.engine.connect() as conn:
+                assert migrate.current_revision(conn) == "0009"
+            s.write(new)
+            assert [e.record for e in s.read_events()] == [old, *new]
+            with s.engine.connect() as conn:
+                cols = ", ".join(EVENT_0009_COLUMNS)
+                rows = conn.execute(text(f"SELECT {cols} FROM rebalance_events ORDER BY id")).all()
+        typed = [dict(zip(EVENT_0009_COLUMNS, r, strict=True)) for r in rows]
+        assert typed[0] == dict.fromkeys(EVENT_0009_COLUMNS)  # stored before 0009
+        assert typed[1] == {
+            **dict.fromkeys(EVENT_0009_COLUMNS),
+            "columns_version": 1,
+            "connectors": "",
+            "tasks": "b-1",
+            "items": 1,
+            "last_heartbeat_ms": 1,
+            "cause": "x",
+        }
+        assert (typed[2]["instance_id"], typed[2]["url"], typed[2]["columns_version"]) == ("i-1", "http://w:8083", 1)
+        assert (typed[3]["temporary"], typed[3]["connectors"], typed[3]["tasks"]) in ((True, "c", None), (1, "c", None))
+        assert typed[4] == typed[5] == dict.fromkeys(EVENT_0009_COLUMNS)
+        with engine.begin() as conn:
+            migrate.downgrade(conn, "0008")
+        with engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0008"
+            assert not set(EVENT_0009_COLUMNS) & {c["name"] for c in inspect(conn).get_columns("rebalance_events")}
+            assert conn.exec_driver_sql("SELECT count(*) FROM rebalance_events").scalar() == 6
+        with engine.begin() as conn:  # ids never reused (SQLite's AUTOINCREMENT kept)
+            conn.exec_driver_sql("DELETE FROM rebalance_events WHERE id = 6")
+            conn.exec_driver_sql(
+                "INSERT INTO rebalance_events (group_id, time_ms, event, member_id, group_epoch, assignment_epoch, "
+                "member_epoch, details) VALUES ('g', 7, 'group_created', '', 0, 0, 0, '{}')"
+            )
+            assert conn.exec_driver_sql("SELECT max(id) FROM rebalance_events").scalar() == 7
     finally:
         engine.dispose()
