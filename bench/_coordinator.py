@@ -10,12 +10,25 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from signal import SIGTERM
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def stop_process(proc: subprocess.Popen[Any], signal: int = SIGTERM, timeout_s: float = 30) -> None:
+    """Ask ``proc`` to stop (``signal``), wait for it; killed if it takes longer than ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 class Coordinator:
-    def __init__(self, workdir: Path, settings: Iterable[str] = ()) -> None:
+    def __init__(self, workdir: Path, settings: Iterable[str] = (), extra: Iterable[str] = ()) -> None:
         database = f"sqlite:///{workdir / 'coordinator.db'}"
         cli = [sys.executable, "-m", "services.coordinator.cli.coordinator"]
         subprocess.run([*cli, "migrate", "--database", database, "--log-level", "WARNING"], cwd=REPO, check=True)
@@ -23,6 +36,7 @@ class Coordinator:
         cmd += ["--log-level", "WARNING"]
         for s in settings:
             cmd += ["--set", s]
+        cmd += extra
         self.log = open(workdir / "coordinator.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log)
         assert self.proc.stdout is not None
@@ -50,10 +64,30 @@ class Coordinator:
         return self._status_mb("VmHWM")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        stop_process(self.proc)
         self.log.close()
+
+
+class AssignorService:
+    """A `connect-assignor serve` subprocess on loopback: its address, memory, stopped gracefully."""
+
+    def __init__(self) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "services.assignor.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+        ]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"connect-assignor did not start: {line!r}")
+        self.address = line.strip().rpartition(" ")[2]
+
+    def stop(self) -> None:
+        stop_process(self.proc)
