@@ -16,6 +16,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_process(proc: subprocess.Popen[Any], signal: int = SIGTERM, timeout_s: float = 30) -> None:
     """Ask ``proc`` to stop (``signal``), wait for it; killed if it takes longer than ``timeout_s``."""
     if proc.poll() is None:
@@ -46,8 +52,7 @@ class Coordinator:
         self.address = line.rsplit(" ", 1)[1].strip()
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.proc.pid)
 
     def _status_mb(self, key: str) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -58,6 +63,11 @@ class Coordinator:
     def rss_mb(self) -> float:
         """Resident set size now."""
         return self._status_mb("VmRSS")
+
+    def anon_rss_mb(self) -> float:
+        """The part of the resident set that is the process's own memory (heap, stacks), without the
+        mapped files (the interpreter's and the extensions' code, shared with other processes)."""
+        return self._status_mb("RssAnon")
 
     def peak_rss_mb(self) -> float:
         """The largest resident set size so far."""
@@ -88,6 +98,9 @@ class AssignorService:
         if "listening on" not in line:
             raise RuntimeError(f"connect-assignor did not start: {line!r}")
         self.address = line.strip().rpartition(" ")[2]
+
+    def cpu_s(self) -> float:
+        return process_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         stop_process(self.proc)

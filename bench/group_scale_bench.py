@@ -270,8 +270,9 @@ async def run(
     out["reconcile_s"] = time.monotonic() - t
     out["reconcile_passes"] = passes
     out.update(rss_stable_mb=coord.rss_mb(), rss_peak_mb=coord.peak_rss_mb(), total_s=time.monotonic() - t0)
+    out["rss_anon_stable_mb"] = coord.anon_rss_mb()
     await asyncio.sleep(REST_S)  # the coordinator returns freed heap pages a second after its last commit
-    out["rss_rest_mb"] = coord.rss_mb()
+    out["rss_rest_mb"], out["rss_anon_rest_mb"] = coord.rss_mb(), coord.anon_rss_mb()
     for ch in channels:
         await ch.close(None)
     return out
@@ -358,6 +359,10 @@ def main() -> int:
     steps += (
         f", {r['rss_reconciled_mb']:.0f} MB once every member holds its target (peak so far "
         f"{r['rss_peak_reconciled_mb']:.0f}), before the DescribeGroups that confirms Stable"
+    )
+    steps += (
+        f"; of the RSS at Stable / {REST_S:.0f} s later, {r['rss_anon_stable_mb']:.0f} / {r['rss_anon_rest_mb']:.0f} MB "
+        "is the process's own (RssAnon), the rest mapped files"
     )
     print(f"({steps})")
     out = Path(args.out or REPO / "bench" / "out" / f"group_scale-{args.mode}.json")

@@ -168,6 +168,43 @@ class Group:
             )
         )
 
+    def timeline(self, up_s: float, newcomer: str) -> dict[str, float | None]:
+        """Where a join's time went, from the coordinator's event log: ms after the newcomer was up
+        (the coordinator's clock, ms resolution) of its join, the target's install, the first
+        revocation asked and the last acknowledged, the newcomer's items handed out, the last
+        member moved to the new epoch, and the group Stable (None: no such event). An event of the
+        newcomer's first millisecond can read up to 1 ms before it was up."""
+        since = int(up_s * 1000)
+        events = []
+        after = 0
+        while True:
+            r = self.admin.ListGroupEvents(
+                admin_pb2.ListGroupEventsRequest(group_id=GROUP, after_event_id=after, since_ms=since, max_events=1000),
+                timeout=30,
+            )
+            events += r.events
+            if len(r.events) < 1000:
+                break
+            after = r.events[-1].event_id
+        firsts: dict[str, float] = {}
+        lasts: dict[str, float] = {}
+        for e in events:
+            key = e.event
+            if key == "items_assigned" and e.member_id != newcomer:
+                continue
+            at = e.time_ms - up_s * 1000
+            firsts.setdefault(key, at)
+            lasts[key] = at
+        return {
+            "joined": firsts.get("member_joined"),
+            "installed": firsts.get("assignment_installed"),
+            "revocation_asked": firsts.get("revocation_requested"),
+            "revocations_acked": lasts.get("revocation_acknowledged"),
+            "newcomer_assigned": lasts.get("items_assigned"),
+            "last_epoch_advanced": lasts.get("member_epoch_advanced"),
+            "stable": lasts.get("group_stable"),
+        }
+
     def wait_settled(self, timeout_s: float, poll_s: float = 0.02) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -249,6 +286,7 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
                     "newcomer_items": len(Items.from_json(final["running"])),
                     "group_epoch": result["epoch"],
                     "coordinator_cpu_ms": (coord.cpu_s() - cpu0) * 1000,
+                    "coordinator_events_ms": group.timeline(up, final["member_id"]),
                 }
             )
     finally:
@@ -304,6 +342,16 @@ def main() -> int:
             f"{r['runs_items_p95_ms']:.1f} | **{r['stable_median_ms']:.1f}** / {r['stable_p95_ms']:.1f} | "
             f"<= {TARGET_MS:.0f} ms (median, Stable) | {met} |"
         )
+    print("\nWhere the time went, the coordinator's event log (ms after the process was up, medians):")
+    steps = list(results[0]["runs"][0]["coordinator_events_ms"])
+    print(f"| group | {' | '.join(steps)} |")
+    print(f"|---:|{'---:|' * len(steps)}")
+    for r in results:
+        seen = [
+            [x["coordinator_events_ms"][k] for x in r["runs"] if x["coordinator_events_ms"][k] is not None]
+            for k in steps
+        ]
+        print(f"| {r['workers']} | {' | '.join(f'{statistics.median(v):.0f}' if v else '-' for v in seen)} |")
     for r in results:
         up = statistics.median(x["process_start_to_up_ms"] for x in r["runs"])
         cpu = statistics.median(x["coordinator_cpu_ms"] for x in r["runs"])

@@ -42,6 +42,11 @@ def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path) 
         # Up, then runs its items, then the whole group Stable: each on the status files' clocks.
         assert 0 < r["runs_items_ms"] <= r["stable_ms"] < 30_000, r
         assert r["process_start_to_up_ms"] > 0
+        # The coordinator's event log, in order: the newcomer joined, a target was installed, the
+        # group became Stable.
+        ev = r["coordinator_events_ms"]
+        assert -1 < ev["joined"] <= ev["installed"] <= ev["stable"], ev  # (the log's clock: whole ms)
+        assert ev["installed"] <= ev["newcomer_assigned"] <= ev["stable"], ev
 
 
 @pytest.mark.parametrize("mode", ["worker", "service"])
