@@ -41,9 +41,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from itertools import repeat
+from operator import neg, truediv
 
 from services.assignor._balance import Moves
 from services.assignor._cooperative import Plan, assign_incremental, balance_connectors, finish, plan_run
@@ -81,7 +82,9 @@ def check_load_input(inp: AssignInput) -> None:
         ("task_weights", inp.task_weights),
     ):
         values = table.values()
-        if values and not (min(values) >= 0 and all(map(math.isfinite, values))):
+        # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
+        # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
+        if values and not (min(values) >= 0 and (math.isfinite(sum(values)) or all(map(math.isfinite, values)))):
             key, value = next((k, v) for k, v in sorted(table.items()) if not (math.isfinite(v) and v >= 0))
             raise InvalidLoadInput(f"{name}[{key!s}] must be a finite number >= 0, got {value}")
     if not (math.isfinite(inp.load_balance_ratio) and inp.load_balance_ratio >= 1.0):
@@ -98,13 +101,15 @@ def max_moves(inp: AssignInput) -> int:
     return max(1, (len(inp.connectors) + sum(inp.connectors.values())) // 10)
 
 
-def assign_load_balanced(inp: AssignInput) -> AssignOutput:
+def assign_load_balanced(inp: AssignInput, *, reference: bool = False) -> AssignOutput:
+    """The load-balanced answer. ``reference`` takes the straightforward path (no early exit, the
+    set-aside by a sort of all members): the same answer, slower; the tests hold one to the other."""
     check_load_input(inp)
     if not loads_known(inp):
         return assign_incremental(inp)
     plan = plan_run(inp)
     connector_moves = balance_connectors(plan)
-    run = _LoadRun(inp, plan, connector_moves)
+    run = _LoadRun(inp, plan, connector_moves, reference=reference)
     run.place(sorted([*plan.fresh_tasks, *plan.released_tasks], key=lambda t: (-run.load(t), t)))
     if not plan.holding:
         run.spread()
@@ -122,8 +127,9 @@ def assign_load_balanced(inp: AssignInput) -> AssignOutput:
 class _LoadRun:
     """The task side of one load-balanced run: loads by member position, and the moves made."""
 
-    def __init__(self, inp: AssignInput, plan: Plan, connector_moves: Moves[str]) -> None:
+    def __init__(self, inp: AssignInput, plan: Plan, connector_moves: Moves[str], reference: bool = False) -> None:
         self.inp, self.plan = inp, plan
+        self.reference = reference
         self.ids = plan.ids
         n = len(plan.ids)
         self.held: Sequence[Collection[TaskId]] = plan.base.tasks
@@ -142,6 +148,7 @@ class _LoadRun:
         self._uniform = not weights
         if self._uniform:
             get = known.get
+            # Each member's tasks summed, one lookup per task: the one pass over every task a run makes.
             self.tasks_load = [sum(map(get, ts, repeat(unit))) for ts in self.held]
         else:
             self.tasks_load = [sum(map(self.load, ts)) for ts in self.held]
@@ -155,6 +162,8 @@ class _LoadRun:
                 cs.update(connector_moves.gained.get(i, ()))
                 self.total[i] = sum(map(cget, cs, repeat(0.0)))
         self.load_of = [c + t for c, t in zip(self.total, self.tasks_load, strict=True)]
+        # load / capacity by position, kept with ``load_of`` (a list read by C-level passes).
+        self.ratios = list(map(truediv, self.load_of, self.capacity))
         # Members' tasks as changed in this run (the others: ``held``), built only when asked.
         self._tasks: dict[int, set[TaskId]] = {}
         self.rack_counts: RackCounts | None = None
@@ -169,7 +178,15 @@ class _LoadRun:
         return value
 
     def ratio(self, i: int) -> float:
-        return self.load_of[i] / self.capacity[i]
+        return self.ratios[i]
+
+    def _add_load(self, i: int, load: float) -> None:
+        self.load_of[i] += load
+        self.ratios[i] = self.load_of[i] / self.capacity[i]
+
+    def _task_count(self, i: int) -> int:
+        ts = self._tasks.get(i)
+        return len(self.held[i]) if ts is None else len(ts)
 
     def tasks(self, i: int) -> set[TaskId]:
         ts = self._tasks.get(i)
@@ -195,8 +212,8 @@ class _LoadRun:
         transfer(self.held, self.moves, task, a, b)
         self.tasks(a).discard(task)
         self.tasks(b).add(task)
-        self.load_of[a] -= load
-        self.load_of[b] += load
+        self._add_load(a, -load)
+        self._add_load(b, load)
         if self.rack_counts is not None and self.racks is not None:
             self.rack_counts.move(task, self.racks[a], self.racks[b])
 
@@ -217,7 +234,7 @@ class _LoadRun:
             i = entry[1]
             self.moves.gained.setdefault(i, []).append(task)
             self.tasks(i).add(task)
-            self.load_of[i] += self.load(task)
+            self._add_load(i, self.load(task))
             if self.rack_counts is not None and self.racks is not None:
                 self.rack_counts.add(task, self.racks[i])
             heapq.heappush(heap, (self.ratio(i), i))
@@ -244,54 +261,56 @@ class _LoadRun:
                 self._give(task, a, b, self.load(task))
 
     def balance(self) -> None:
-        """The load moves (see the module's docstring)."""
+        """The load moves (see the module's docstring).
+
+        What it costs after one join: a pass over the members' ratios (C-level), the two heaps
+        built once, and a step per member set aside or load move; a run already within the ratio
+        stops after the pass."""
         inp = self.inp
         n = len(self.ids)
         budget = max_moves(inp)
         if n < 2 or budget <= 0:
             return
-        now, cooldown = inp.now_ms, inp.load_cooldown_ms
-        cooling = {t for t, ms in inp.state.moved_at.items() if now - ms < cooldown}
         limit = inp.load_balance_ratio
-        active = [True] * n
+        ratios = self.ratios
         sum_load = math.fsum(self.load_of)
         sum_capacity = math.fsum(self.capacity)
-        sum_load, sum_capacity = self._set_aside_single(active, sum_load, sum_capacity)
-        top = [(-self.ratio(i), i) for i in range(n)]
-        bottom = [(self.ratio(i), i) for i in range(n)]
+        if sum_capacity <= 0:
+            return
+        mean = sum_load / sum_capacity
+        if not self.reference and max(ratios) <= limit * mean * (1 + _EPS) and min(ratios) * limit >= mean * (1 - _EPS):
+            return  # within the ratio already: the loop's first test, without building its heaps
+        now, cooldown = inp.now_ms, inp.load_cooldown_ms
+        cooling = {t for t, ms in inp.state.moved_at.items() if now - ms < cooldown}
+        active = [True] * n
+        top = list(zip(map(neg, ratios), range(n), strict=True))
         heapq.heapify(top)
+        sum_load, sum_capacity = self._set_aside_single(active, top, sum_load, sum_capacity)
+        bottom = list(zip(ratios, range(n), strict=True))
         heapq.heapify(bottom)
         set_aside = 0
         while budget > 0 and sum_capacity > 0 and set_aside < _MAX_SET_ASIDE:
-            while top and (not active[top[0][1]] or -top[0][0] != self.ratio(top[0][1])):
+            while top and (not active[top[0][1]] or -top[0][0] != ratios[top[0][1]]):
                 heapq.heappop(top)
-            while bottom and (not active[bottom[0][1]] or bottom[0][0] != self.ratio(bottom[0][1])):
+            while bottom and (not active[bottom[0][1]] or bottom[0][0] != ratios[bottom[0][1]]):
                 heapq.heappop(bottom)
             if not top or not bottom:
                 break
             m, low = top[0][1], bottom[0][1]
             mean = sum_load / sum_capacity
-            over = self.ratio(m) > limit * mean * (1 + _EPS)
-            if not over and self.ratio(low) * limit >= mean * (1 - _EPS):
+            over = ratios[m] > limit * mean * (1 + _EPS)
+            if not over and ratios[low] * limit >= mean * (1 - _EPS):
                 break
-            popped: list[tuple[float, int]] = []
-            while bottom and len(popped) < _RECEIVERS + 1:
-                entry = heapq.heappop(bottom)
-                if active[entry[1]] and entry[0] == self.ratio(entry[1]):
-                    popped.append(entry)
-            for entry in popped:
-                heapq.heappush(bottom, entry)
-            receivers = [e[1] for e in popped if e[1] != m][:_RECEIVERS]
-            step = self._best_step(m, receivers, cooling, budget)
+            step = self._best_step(m, self._receivers(bottom, active, m), cooling, budget)
             if step is None:
-                set_aside += len(self.tasks(m)) > 1  # (one task alone is where it belongs: not counted)
+                set_aside += self._task_count(m) > 1  # (one task alone is where it belongs: not counted)
                 active[m] = False  # it cannot give anything that lowers the maximum: set aside
                 sum_load -= self.load_of[m]
                 sum_capacity -= self.capacity[m]
                 continue
             set_aside = 0
             b, out, back = step
-            before = (self.ratio(m), self.ratio(b))
+            before = (ratios[m], ratios[b])
             for t in out:
                 self._give(t, m, b, self.load(t))
             for t in back:
@@ -299,24 +318,51 @@ class _LoadRun:
             cooling.update(out)
             cooling.update(back)
             budget -= len(out) + len(back)
-            self.steps.append(LoadMove(self.ids[m], self.ids[b], out, back, before, (self.ratio(m), self.ratio(b))))
+            self.steps.append(LoadMove(self.ids[m], self.ids[b], out, back, before, (ratios[m], ratios[b])))
             for i in (m, b):
-                heapq.heappush(top, (-self.ratio(i), i))
-                heapq.heappush(bottom, (self.ratio(i), i))
+                heapq.heappush(top, (-ratios[i], i))
+                heapq.heappush(bottom, (ratios[i], i))
 
-    def _set_aside_single(self, active: list[bool], sum_load: float, sum_capacity: float) -> tuple[float, float]:
+    def _receivers(self, bottom: list[tuple[float, int]], active: list[bool], m: int) -> list[int]:
+        """The least loaded active members but ``m``, at most ``_RECEIVERS`` (``bottom`` is left as it was,
+        but for stale entries)."""
+        popped: list[tuple[float, int]] = []
+        while bottom and len(popped) < _RECEIVERS + 1:
+            entry = heapq.heappop(bottom)
+            if active[entry[1]] and entry[0] == self.ratios[entry[1]]:
+                popped.append(entry)
+        for entry in popped:
+            heapq.heappush(bottom, entry)
+        return [e[1] for e in popped if e[1] != m][:_RECEIVERS]
+
+    def _set_aside_single(
+        self, active: list[bool], top: list[tuple[float, int]], sum_load: float, sum_capacity: float
+    ) -> tuple[float, float]:
         """Set aside first, highest first, the members above the ratio that hold one task no member
-        could take for less (none has more capacity): what the loop would do, one sort instead of
-        a step each (a Zipf-skewed group has many). Returns the load and capacity left."""
+        could take for less (none has more capacity): what the loop would do, without a step each
+        (a Zipf-skewed group has many). The members come off the ``top`` heap in the order of a
+        sort by (-ratio, position) and those kept go back (the reference path sorts them all).
+        Returns the load and capacity left."""
         limit = self.inp.load_balance_ratio
+        ratios = self.ratios
         widest = max(self.capacity)
-        for i in sorted(range(len(active)), key=lambda i: (-self.ratio(i), i)):
-            if sum_capacity <= 0 or self.ratio(i) <= limit * sum_load / sum_capacity * (1 + _EPS):
+        # (only a member at the widest capacity can be set aside here: none, and nothing to do)
+        order: Iterator[int]
+        kept: list[tuple[float, int]] = []
+        if self.reference:
+            order = iter(sorted(range(len(active)), key=lambda i: (-ratios[i], i)))
+        else:
+            order = _pop_all(top, kept)
+        for i in order:
+            if sum_capacity <= 0 or ratios[i] <= limit * sum_load / sum_capacity * (1 + _EPS):
                 break
-            if len(self.tasks(i)) == 1 and self.capacity[i] >= widest:
+            if self._task_count(i) == 1 and self.capacity[i] >= widest:
                 active[i] = False
                 sum_load -= self.load_of[i]
                 sum_capacity -= self.capacity[i]
+        for entry in kept:
+            if active[entry[1]]:
+                heapq.heappush(top, entry)
         return sum_load, sum_capacity
 
     def _best_step(
@@ -364,6 +410,14 @@ class _LoadRun:
         if swap is not None:
             return swap[2], swap[3], swap[4]
         return None
+
+
+def _pop_all(heap: list[tuple[float, int]], popped: list[tuple[float, int]]) -> Iterator[int]:
+    """The positions of ``heap``'s entries in order, popping each (kept in ``popped``) as it is read."""
+    while heap:
+        entry = heapq.heappop(heap)
+        popped.append(entry)
+        yield entry[1]
 
 
 def within_ratio(members: Sequence[tuple[float, float, int]], ratio: float) -> bool:

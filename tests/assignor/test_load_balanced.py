@@ -24,7 +24,7 @@ from services.assignor import (
     assign,
     compute,
 )
-from services.assignor._load import max_moves, within_ratio
+from services.assignor._load import assign_load_balanced, max_moves, within_ratio
 from services.common.items import EMPTY, Items, TaskId, all_items
 from tests.assignor.kit import check_installable
 from tests.assignor.test_properties import requests
@@ -66,6 +66,17 @@ class Sim:
         check_installable(out.targets, self.capacity, self.connectors, out.rebalance_delay_ms)
         self.target, self.state = out.targets, out.state
         return out
+
+    def apply(self, advance: int, change: str, seed: int) -> None:
+        """One step of a history: the clock advances, then a worker joins or leaves, or a load changes."""
+        self.now_ms += advance
+        if change == "join":
+            self.capacity[f"j{len(self.capacity)}"] = 1.0
+        elif change == "leave" and len(self.capacity) > 1:
+            self.capacity.pop(sorted(self.capacity)[seed % len(self.capacity)])
+        elif change == "load" and self.task_loads:
+            t = sorted(self.task_loads)[seed % len(self.task_loads)]
+            self.task_loads = {**self.task_loads, t: float(seed % 50)}
 
     def load(self, items: Items) -> float:
         unit = sum(self.task_loads.values()) / len(self.task_loads) if self.task_loads else 1.0
@@ -156,14 +167,7 @@ def test_every_run_respects_max_moves_the_cooldown_and_lowers_the_maximum(
     sim.assign()
     last_load_move: dict[TaskId, int] = {}
     for advance, change in steps:
-        sim.now_ms += advance
-        if change == "join":
-            sim.capacity[f"j{len(sim.capacity)}"] = 1.0
-        elif change == "leave" and len(sim.capacity) > 1:
-            sim.capacity.pop(sorted(sim.capacity)[seed % len(sim.capacity)])
-        elif change == "load" and sim.task_loads:
-            t = sorted(sim.task_loads)[seed % len(sim.task_loads)]
-            sim.task_loads = {**sim.task_loads, t: float(seed % 50)}
+        sim.apply(advance, change, seed)
         before = {m: sim.target.get(m, EMPTY) for m in sim.capacity}
         live_before = {m: i for m, i in sim.target.items() if m in sim.capacity}
         out = sim.assign()
@@ -289,3 +293,23 @@ def test_the_cooldown_travels_in_the_state_and_expires() -> None:
     assert AssignorState.decode(out.state.encode()).moved_at == {moved: sim.now_ms}
     sim.now_ms += COOLDOWN
     assert compute(LOAD_BALANCED, sim.input()).state.moved_at == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    groups(max_members=8, max_tasks=24),
+    st.lists(st.sampled_from(["r1", "r2", None]), max_size=8),
+    history,
+    st.integers(0, 10**6),
+)
+def test_the_optimised_path_gives_the_reference_paths_answer(
+    sim: Sim, racks: list[str | None], steps: list[tuple[int, str]], seed: int
+) -> None:
+    """The run's shortcuts (the early exit when within the ratio, the set-aside popped off the heap
+    instead of a sort of all members) change nothing: the same targets, state and load moves as the
+    straightforward path, run after run (joins, leaves, load changes, racks, capacities)."""
+    sim.racks = {m: r for m, r in zip(sorted(sim.capacity), racks, strict=False) if r is not None}
+    for advance, change in [(0, "same"), *steps]:
+        sim.apply(advance, change, seed)
+        expected = assign_load_balanced(sim.input(), reference=True)
+        assert sim.assign() == expected
