@@ -78,9 +78,9 @@ def test_reported_loads_capacity_and_rack_show_in_describe_and_the_group_converg
     loads_file.write_text("# one hot task\nsrc-*=10\nsrc-0=100\n")
     fleet = Fleet()
     statuses = []
-    # One rack for all (a worker without one counts as another rack): a spread over several racks
+    # One rack for all (fewer than two declared racks spread nothing): a spread over several racks
     # could forbid the placement asked for (SPEC §13 keeps the spread first) -- the assignor's
-    # business, not the worker's.
+    # business, not the worker's; this test is about what the worker reports.
     for i, extra in enumerate((("--capacity", "2", "--rack", "zone-a"), ("--rack", "zone-a"), ("--rack", "zone-a"))):
         status = fleet.add(tmp_path / f"w{i}.json")
         statuses.append(status)
