@@ -32,6 +32,14 @@ back. What waits is volatile: after a load, members get fresh sessions of their 
 are gone; they call again, as after a Kafka coordinator failover), one `CompletingRebalance` waits
 as long for every member's SyncGroup.
 
+**The event log** names a classic group's items as it does a `connect` group's (SPEC §8, §12 rule 7),
+by what each member runs by the coordinator's account (`explain.classic_view`): a member handed its
+assignment (its SyncGroup answered) `items_assigned` what it starts and, from V1 on,
+`revocation_requested` what it must stop; a member rejoining `revocation_acknowledged` what it stopped
+-- under V0 (eager) everything it ran, stopped unasked, so also `revocation_requested` at the
+generation to come; a member leaving, expiring or removed names what it ran (an expiry its last
+heartbeat). The heartbeat writes nothing.
+
 **Online migration** (SPEC §12 rules 1-5, Kafka's GroupMetadataManager convertToConsumerGroup /
 convertToClassicGroup): a `connect` join to a live classic group upgrades it when its policy allows
 (`_upgrade`: epochs from the generation; every member a `classic` member of the `connect` group whose
@@ -193,7 +201,7 @@ class ClassicGroups(CoreBase):
             group = self.state.groups.get(req.group_id)
             response: Any
             if group is not None and group.classic is None:
-                response = self._migration_sync(group, req, now_ms)
+                response = self._migration_sync(sink, group, req, now_ms)
             else:
                 response = self._sync_group(sink, req, now_ms)
         except ApiError as e:
@@ -488,6 +496,7 @@ class ClassicGroups(CoreBase):
         if state == STABLE and same and mid != classic.value.leader:
             # A follower with nothing new: the current generation, then SyncGroup.
             return self._join_answer(classic, mid, with_members=False)
+        ran, told = self._runs(group, mid)
         new = replace(
             member.value,
             client_id=req.client_id,
@@ -498,6 +507,7 @@ class ClassicGroups(CoreBase):
         if new != member.value:
             sink.emit(ClassicMemberMetadata(group.group_id, mid, new))
         wait = self._park(sink, group, mid, JOIN)
+        self._log_rejoin(sink, group, mid, ran, told)
         if state == PREPARING:
             self._maybe_complete_join(sink, group, now)
         else:  # the leader rejoining, or a member with new protocols
@@ -572,8 +582,12 @@ class ClassicGroups(CoreBase):
                         f"assignments[{i}].member_id '{clip(a.member_id)}' is not a member of generation {v.generation}"
                     )
                 assignment[a.member_id] = bytes(a.assignment)
+        handover = classic.state == STABLE and mid in classic.pending_sync
+        ran, _ = self._runs(group, mid) if handover else (EMPTY_ITEMS, EMPTY_ITEMS)
         self._synced(group, mid)
         if classic.state == STABLE:
+            if handover:  # (the leader's assignment came before this member's SyncGroup)
+                self._log_handover(sink, group, mid, ran)
             return classic_pb2.SyncGroupResponse(protocol_name=v.protocol_name, assignment=member.value.assignment)
         wait = self._park(sink, group, mid, SYNC)
         if mid == v.leader:
@@ -595,6 +609,7 @@ class ClassicGroups(CoreBase):
         classic = group.classic
         assert classic is not None
         gid, v = group.group_id, classic.value
+        ran = {mid: self._runs(group, mid)[0] for mid in sorted(classic.awaiting_sync)}
         for m in _ordered(classic):
             mine = assignment.get(m.member_id, b"")
             if m.value.assignment != mine:
@@ -610,6 +625,8 @@ class ClassicGroups(CoreBase):
             left_out=len(classic.members) - len(assignment),
             bytes=sum(len(a) for a in assignment.values()),
         )
+        for mid, before in ran.items():  # (the others are handed theirs at their SyncGroup)
+            self._log_handover(sink, group, mid, before)
         for mid, token in sorted(classic.awaiting_sync.items()):
             member = classic.members[mid]
             self._arm_session(group, member, now)
@@ -773,6 +790,10 @@ class ClassicGroups(CoreBase):
         classic = group.classic
         assert classic is not None
         gid, mid = group.group_id, member.member_id
+        ran, _ = self._runs(group, mid)
+        # Its last heartbeat (or join or sync): when its session was last armed -- a new member's
+        # join timeout is not one (it runs nothing yet).
+        alive_ms = None if member.is_new else member.session_deadline_ms - member.value.session_timeout_ms
         self.timer.cancel(TimerKey(TimerKind.CLASSIC_SESSION, gid, mid))
         gone = f"member '{mid}' was removed from group '{gid}' ({reason}): rejoin without a member id"
         token = classic.awaiting_join.pop(mid, None)
@@ -785,7 +806,7 @@ class ClassicGroups(CoreBase):
             sink.answers.append(ClassicAnswer(gid, mid, token, failed_sync))
         classic.pending_sync.discard(mid)
         sink.emit(ClassicMemberMetadata(gid, mid, None))
-        self._event(sink, group, reason, mid, **details)
+        self._event(sink, group, reason, mid, items=len(ran), last_heartbeat_ms=alive_ms, **ran.names(), **details)
         if classic.value.leader == mid:
             rest = _ordered(classic)
             self._set_group(sink, group, leader=rest[0].member_id if rest else "")
@@ -839,14 +860,61 @@ class ClassicGroups(CoreBase):
             sink.emit(ClassicGroupMetadata(group.group_id, value))
 
     @staticmethod
-    def _event(sink: Sink, group: Group, event: EventType, member_id: str = "", **details: Any) -> None:
-        """An event of the log for a classic group: its generation stands for the epochs (SPEC §12
-        rule 7: generation = epoch); details that are None are left out."""
+    def _event(
+        sink: Sink, group: Group, event: EventType, member_id: str = "", at: int | None = None, **details: Any
+    ) -> None:
+        """An event of the log for a classic group: its generation (or the generation `at`) stands for
+        the epochs (SPEC §12 rule 7: generation = epoch); details that are None are left out."""
         classic = group.classic
-        generation = classic.generation if classic is not None else 0
+        generation = at if at is not None else classic.generation if classic is not None else 0
         kept = {k: v for k, v in details.items() if v is not None}
         member_epoch = generation if member_id else 0
         sink.event(group, event, member_id, member_epoch, epochs=(generation, generation), **kept)
+
+    # What classic members run, as the event log names it (SPEC §8 / §12 rule 7: the analytics job
+    # reads a classic group's items from the same events as a `connect` group's). What a member runs is
+    # the coordinator's account (`explain.classic_view`, DescribeGroups' reading of its metadata and its
+    # assignment); an event names what that account gains or loses. Never on the heartbeat path.
+
+    @staticmethod
+    def _runs(group: Group, mid: str) -> tuple[Items, Items]:
+        """What member `mid` runs by its metadata and its last assignment (nothing when they do not
+        decode), and what that assignment told it to stop if it was handed to it and it has not
+        rejoined since (its revocations outstanding)."""
+        from services.coordinator.core import explain  # (explain reads this module: imported when used)
+
+        classic = group.classic
+        assert classic is not None
+        member = classic.members[mid]
+        view = explain.classic_view(classic, member)
+        handed = view.state in (explain.CLASSIC_STABLE, explain.CLASSIC_REJOINING)
+        return view.items, _revoked(member.value.assignment) if handed else EMPTY_ITEMS
+
+    def _log_handover(self, sink: Sink, group: Group, mid: str, before: Items) -> None:
+        """Member `mid` was handed its assignment (its SyncGroup answered): what it must stop now
+        (V1/V2 `revoked`; it acknowledges by rejoining without them) and what it starts."""
+        after, _ = self._runs(group, mid)
+        revoked, gained = before - after, after - before
+        if revoked:
+            self._event(sink, group, EventType.REVOCATION_REQUESTED, mid, items=len(revoked), **revoked.names())
+        if gained:
+            self._event(sink, group, EventType.ITEMS_ASSIGNED, mid, items=len(gained), **gained.names())
+
+    def _log_rejoin(self, sink: Sink, group: Group, mid: str, before: Items, told: Items) -> None:
+        """Member `mid` rejoined (it is parked in JoinGroup) running what its metadata says: what it
+        stopped without being told (all of it under V0, eager: the rebalance's doing, so a revocation
+        of the generation to come, acknowledged at once) and the revocations it was told of and has
+        done are acknowledged."""
+        classic = group.classic
+        assert classic is not None
+        now_runs, _ = self._runs(group, mid)
+        stopped = before - now_runs
+        done = (told - now_runs) | stopped
+        if stopped:
+            nxt = _next_generation(classic.generation)
+            self._event(sink, group, EventType.REVOCATION_REQUESTED, mid, nxt, items=len(stopped), **stopped.names())
+        if done:
+            self._event(sink, group, EventType.REVOCATION_ACKNOWLEDGED, mid, items=len(done), **done.names())
 
     # ---- timers ---------------------------------------------------------------------------------
 
@@ -1145,6 +1213,11 @@ class ClassicGroups(CoreBase):
             if meta.url != member.meta.url:
                 self._bump(sink, group, "member_metadata_changed", mid)
         member = group.members[mid]
+        if not protocol_version(protocols[0][0]) and member.current.assigned:
+            # Eager (V0): it stopped everything before this JoinGroup (its SyncGroup restarts what it keeps).
+            stopped, epoch = member.current.assigned, member.member_epoch
+            for event in (EventType.REVOCATION_REQUESTED, EventType.REVOCATION_ACKNOWLEDGED):
+                sink.event(group, event, mid, epoch, items=len(stopped), **stopped.names())
         for _ in range(2):  # a revocation asked now is acknowledged at once if it is done (V0: always)
             self._reconcile(sink, group, member, owned, now)
             member = group.members[mid]
@@ -1200,7 +1273,7 @@ class ClassicGroups(CoreBase):
             )
 
     def _migration_sync(
-        self, group: Group, req: classic_pb2.SyncGroupRequest, now: int
+        self, sink: Sink, group: Group, req: classic_pb2.SyncGroupRequest, now: int
     ) -> classic_pb2.SyncGroupResponse:
         """Kafka's classicGroupSyncToConsumerGroup: checked in order -- a classic member, its epoch,
         the protocol -- then answered at once with what it may run, in its protocol's version."""
@@ -1227,6 +1300,16 @@ class ClassicGroups(CoreBase):
         gid = group.group_id
         self.timer.cancel(TimerKey(TimerKind.CLASSIC_SYNC, gid, member.member_id))
         self._arm_connect_session(group, member, now)
+        restarted = member.current.assigned
+        if not protocol_version(own) and restarted:  # eager (V0): it starts all of it again now
+            sink.event(
+                group,
+                EventType.ITEMS_ASSIGNED,
+                member.member_id,
+                member.member_epoch,
+                items=len(restarted),
+                **restarted.names(),
+            )
         return classic_pb2.SyncGroupResponse(protocol_name=own, assignment=self._member_assignment(group, member))
 
     @staticmethod
