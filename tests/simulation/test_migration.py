@@ -15,6 +15,7 @@ from services.common.items import EMPTY, TaskId
 from simulator.engine import run_scenario
 from simulator.planted import planted
 from simulator.scenario import CLASSIC, CONNECT, MIXED, ROLL_PLANS, WORKER_START, Scenario, generate
+from simulator.shrink import shrink
 from tests.coordinator.harness import items
 from tests.coordinator.test_classic_group import REBALANCE
 from tests.coordinator.test_migration import Migration
@@ -96,6 +97,13 @@ def test_the_simulator_finds_an_upgrade_that_does_not_carry_the_classic_assignme
     assert failure.violation is not None and failure.violation.invariant in ("a-workers", "a-cross")
     clean, _, _ = first_failure(seeds[: seeds.index(failure.scenario.seed) + 1])
     assert clean is None
+    # A migration scenario shrinks like any other (its workers' protocols renumbered with them).
+    with planted(["upgrade-without-assignments"]):
+        small, _ = shrink(failure, max_runs=25)
+        again = run_scenario(small.scenario)
+    assert again.violation is not None and again.violation.invariant == failure.violation.invariant
+    assert len(small.scenario.protocols) == len(small.scenario.workers) <= len(failure.scenario.workers)
+    assert run_scenario(small.scenario).ok, "the reproduction fails only because of the plant"
 
 
 def test_the_simulator_finds_a_downgrade_that_does_not_hold_a_fenced_members_work() -> None:
