@@ -8,15 +8,23 @@ worker writing its status file. Then, ``--joins`` times: a quiet moment at a ran
 heartbeats, one more `connect-worker` process starts, and the join is timed from the moment that
 process is up (its status file's ``started_unix_s``: its run began) until
 
-* **runs its items**: its status file runs what the group gave it, and
-* **Stable**: every worker's status file is stable at the group's epoch, running exactly its
-  assignment, nothing pending, every item once (the last such write's time); DescribeGroups then
-  confirms Stable with every member's assignment equal to its target.
+* **runs its items**: its status file runs what the group gave it;
+* **Stable and running** (the figure next to the target): that, and the group Stable by the
+  coordinator's event log (its last ``group_stable`` event), whichever comes last;
+* **every status file at the epoch**: every worker's status file stable at the group's epoch,
+  running exactly its assignment, nothing pending, every item once (the last such write's time).
+  The unchanged workers' files learn of the new epoch with the reference worker's status refresh
+  (every 0.2 s), so this trails the coordinator's Stable. DescribeGroups then confirms Stable with
+  every member's assignment equal to its target.
+
+The coordinator's event log also splits each join: when the newcomer joined, the target was
+installed, revocations were asked and acknowledged, its items handed out, the last member moved to
+the new epoch.
 
 The newcomer stays (the group of 20 is 21 at the second join, and so on): one that left would have
 its work held back by the incremental cooperative assignor's scheduled rebalance delay, as Connect's.
-Times come from the status files' own clocks (``updated_unix_s``), so how often the bench polls
-does not change them. Reports the median and p95 next to the target (issue 39: <= 50 ms, Stable).
+Times come from the status files' and the event log's own clocks, so how often the bench polls
+does not change them. Reports the median and p95 next to the target (issue 39: <= 50 ms).
 
     .venv/bin/python bench/process_join_bench.py [--sizes 20,100] [--joins 8] [--interval-ms 5000]
     .venv/bin/python bench/process_join_bench.py --quick      # the CI smoke form (tests/bench/)
@@ -236,7 +244,13 @@ class Group:
 
 
 def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: int, log_level: str) -> dict[str, Any]:
-    settings = [f"group.connect.heartbeat.interval.ms={interval_ms}"]
+    # A worker lost while 100 processes start on a busy machine would have its work held back for the
+    # scheduled rebalance delay (Connect's 5 minutes) before the group can settle; a join into a
+    # settled group loses no one, so the delay plays no part in what is measured.
+    settings = [
+        f"group.connect.heartbeat.interval.ms={interval_ms}",
+        "group.connect.scheduled.rebalance.max.delay.ms=0",
+    ]
     if interval_ms < 5_000:  # only the smoke form goes below the production minimum
         settings += [f"group.connect.min.heartbeat.interval.ms={interval_ms}"]
     coord = Coordinator(workdir, settings)
@@ -277,22 +291,30 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
                 time.sleep(0.002)
             final = new.docs[new.files[0]]
             up = final["started_unix_s"]
-            runs_items = min(d["updated_unix_s"] for d in seen if d["running"] == final["running"])
+            runs_items_ms = (min(d["updated_unix_s"] for d in seen if d["running"] == final["running"]) - up) * 1000
+            events = group.timeline(up, final["member_id"])
+            assert events["stable"] is not None, f"no group_stable event after the join: {events}"
             runs.append(
                 {
                     "process_start_to_up_ms": (up - spawned) * 1000,
-                    "runs_items_ms": (runs_items - up) * 1000,
-                    "stable_ms": (result["last_write"] - up) * 1000,
+                    "runs_items_ms": runs_items_ms,
+                    # The figure: the group Stable (the coordinator's event) and the newcomer's status
+                    # file running its items, whichever comes last.
+                    "converged_ms": max(runs_items_ms, events["stable"]),
+                    # Every status file at the new epoch: the unchanged workers' files learn of it
+                    # with the reference worker's status refresh (0.2 s), so this trails the above.
+                    "status_files_ms": (result["last_write"] - up) * 1000,
                     "newcomer_items": len(Items.from_json(final["running"])),
                     "group_epoch": result["epoch"],
                     "coordinator_cpu_ms": (coord.cpu_s() - cpu0) * 1000,
-                    "coordinator_events_ms": group.timeline(up, final["member_id"]),
+                    "coordinator_events_ms": events,
                 }
             )
     finally:
         group.close()
         coord.stop()
-    stable = [r["stable_ms"] for r in runs]
+    stable = [r["converged_ms"] for r in runs]
+    files = [r["status_files_ms"] for r in runs]
     items = [r["runs_items_ms"] for r in runs]
     return {
         "workers": n,
@@ -301,8 +323,9 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
         "heartbeat_interval_ms": interval_ms,
         "formed_s": formed_s,
         "runs": runs,
-        "stable_median_ms": statistics.median(stable),
-        "stable_p95_ms": p95(stable),
+        "converged_median_ms": statistics.median(stable),
+        "converged_p95_ms": p95(stable),
+        "status_files_median_ms": statistics.median(files),
         "runs_items_median_ms": statistics.median(items),
         "runs_items_p95_ms": p95(items),
     }
@@ -329,18 +352,27 @@ def main() -> int:
         for n in sizes:
             d = Path(tmp) / f"n{n}"
             d.mkdir()
-            results.append(one_size(d, n, args.per_process, args.joins, args.interval_ms, args.log_level))
+            r = one_size(d, n, args.per_process, args.joins, args.interval_ms, args.log_level)
+            results.append(r)
+            print(
+                f"group of {n}: converged median {r['converged_median_ms']:.1f} ms, p95 {r['converged_p95_ms']:.1f} ms",
+                flush=True,
+            )
     print(f"One more connect-worker process joins (heartbeat interval {args.interval_ms} ms, SQLite, client-side):")
-    print("| group | tasks | joins | runs its items: median / p95 ms | Stable: median / p95 ms | target | met? |")
-    print("|---:|---:|---:|---:|---:|---|---|")
+    print(
+        "| group | tasks | joins | runs its items: median / p95 ms | Stable and running: median / p95 ms "
+        "| every status file at the epoch: median ms | target | met? |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---|---|")
     for r in results:
-        met = "yes" if r["stable_median_ms"] <= TARGET_MS else "no"
+        met = "yes" if r["converged_median_ms"] <= TARGET_MS else "no"
         if r["heartbeat_interval_ms"] != 5_000 or len(r["runs"]) < 5:
             met = "- (not the target's interval and joins)"
         print(
             f"| {r['workers']} | {r['tasks']} | {len(r['runs'])} | {r['runs_items_median_ms']:.1f} / "
-            f"{r['runs_items_p95_ms']:.1f} | **{r['stable_median_ms']:.1f}** / {r['stable_p95_ms']:.1f} | "
-            f"<= {TARGET_MS:.0f} ms (median, Stable) | {met} |"
+            f"{r['runs_items_p95_ms']:.1f} | **{r['converged_median_ms']:.1f}** / {r['converged_p95_ms']:.1f} | "
+            f"{r['status_files_median_ms']:.1f} | "
+            f"<= {TARGET_MS:.0f} ms (median) | {met} |"
         )
     print("\nWhere the time went, the coordinator's event log (ms after the process was up, medians):")
     steps = list(results[0]["runs"][0]["coordinator_events_ms"])

@@ -32,7 +32,7 @@ def run_bench(script: str, out: Path, *args: str) -> tuple[str, Any]:
 
 def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path) -> None:
     stdout, results = run_bench("process_join_bench.py", tmp_path / "join.json")
-    assert "<= 50 ms (median, Stable)" in stdout
+    assert "<= 50 ms" in stdout and "Stable and running" in stdout
     [size] = results
     assert size["workers"] == 3 and len(size["runs"]) == 2
     epochs = [r["group_epoch"] for r in size["runs"]]
@@ -40,7 +40,8 @@ def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path) 
     for r in size["runs"]:
         assert r["newcomer_items"] > 0, "the newcomer ran items"
         # Up, then runs its items, then the whole group Stable: each on the status files' clocks.
-        assert 0 < r["runs_items_ms"] <= r["stable_ms"] < 30_000, r
+        assert 0 < r["runs_items_ms"] <= r["converged_ms"] < 30_000, r
+        assert r["runs_items_ms"] <= r["status_files_ms"] < 30_000, r
         assert r["process_start_to_up_ms"] > 0
         # The coordinator's event log, in order: the newcomer joined, a target was installed, the
         # group became Stable.
