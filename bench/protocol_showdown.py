@@ -653,11 +653,13 @@ TOLERANCE = "items equal; task-seconds within max(10 %, 0.15 s x items down); ti
 
 
 CLASSIC_MODES = ("eager", "sessioned")
-# What the coordinator logs of a classic group today: members joining, leaving and expiring, the
-# rebalance, the generation and the leader's assignment as counts -- never which items stop or start.
+# The coordinator names a classic group's items as a `connect` group's (stops at a rejoin or a
+# revocation, starts at a SyncGroup answer, a leaver's or a lost member's items), but a connector
+# change of a classic group is in `classic_rebalance_started`, which the job does not read as items
+# created or deleted: a classic window whose only downtime is new items has no item rows.
 CLASSIC_GAP = (
-    "the event log names no items of a classic group (classic_* and member_* events carry counts only): "
-    "the job's item figures are not comparable, only its time to stable"
+    "the job reads no new or deleted items of a classic group (its connector change is in "
+    "classic_rebalance_started): the job's item figures are not comparable, only its time to stable"
 )
 
 
@@ -763,9 +765,8 @@ def showdown(
         for w in run.windows:
             status = status_figures(run.samples, w)
             job = job_figures(downtime, epochs, run.members, w)
-            # A classic group's window in which the job found no item rows at all: the gap, not a
-            # disagreement (once the coordinator names classic items, they are compared too); its
-            # item figures are recorded as null (not measured), not as zeros.
+            # A classic group's window in which the job found no item rows at all (CLASSIC_GAP): the
+            # gap, not a disagreement; its item figures are recorded as null (not measured), not as zeros.
             blind = w.mode in CLASSIC_MODES and not job.items_stopped and not job.task_seconds_down
             if blind:
                 result.gaps.append(f"{w.mode} {w.scenario}: {CLASSIC_GAP}")
