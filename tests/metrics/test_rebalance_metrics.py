@@ -218,6 +218,16 @@ def test_operator_errors_are_one_line_and_a_nonzero_exit(
         assert cli.main(["run", "--database", url, "--output", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
+    compare_cases = {
+        ("--compare", "eager"): "--compare: expected LABEL=PATH",
+        ("--compare", f"eager={tmp_path / 'nowhere'}"): "--compare eager: ",
+        ("--compare", f"eager={tmp_path}"): "--compare needs --report",
+    }
+    for extra, message in compare_cases.items():
+        argv = ["run", "--database", f"sqlite:///{no_table}", "--output", str(tmp_path / "o"), *extra]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
     # The shared session is still usable (the CLI leaves an embedding session running).
     assert spark.range(3).count() == 3
 
