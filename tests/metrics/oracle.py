@@ -124,6 +124,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             who[(r["group_id"], r["member_id"])] = (d0.get("instance_id"), d0.get("url"))
     # A classic rebalance's start, per (group, incarnation, generation it started at).
     classic_start: dict[tuple[str, int, int], tuple[int, str | None]] = {}
+    # Items revoked for an epoch before its bump was logged (an eager classic member's stop at its
+    # rejoin names the generation to come), counted once the epoch exists.
+    moved_early: dict[tuple[str, int, int], set[tuple[bool, str]]] = defaultdict(set)
 
     def epoch_key(gid: str, e: int) -> tuple[str, int, int]:
         return (gid, inc[gid], e)
@@ -237,6 +240,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 prev.superseded = True
             bumped = _Epoch(gid, r["group_epoch"], t, d.get("reason"), member, bump_id=eid)
             epochs[epoch_key(gid, r["group_epoch"])] = bumped
+            bumped.moved.update(moved_early.pop(epoch_key(gid, r["group_epoch"]), set()))
             latest_epoch[(gid, inc[gid])] = bumped
         elif ev == "classic_rebalance_started":
             classic_start.setdefault(epoch_key(gid, r["group_epoch"]), (t, member))
@@ -252,6 +256,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             if members is None or members > 0:
                 bumped.requested_at = t
             epochs[epoch_key(gid, r["group_epoch"])] = bumped
+            bumped.moved.update(moved_early.pop(epoch_key(gid, r["group_epoch"]), set()))
             latest_epoch[(gid, inc[gid])] = bumped
         elif ev == "classic_assignment_installed":
             e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
@@ -275,6 +280,8 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
             e = epochs.get(epoch_key(gid, r["assignment_epoch"]))
             if e is not None:
                 e.moved.update(named())
+            else:
+                moved_early[epoch_key(gid, r["assignment_epoch"])].update(named())
         elif ev == "group_deleted":
             last = latest_epoch.get((gid, inc[gid]))
             if last is not None and last.stable_at is None and last.requested_at is not None:
