@@ -36,8 +36,17 @@ MAX_STEPS_AT_ONE_TIME = 5_000
 
 
 def server_config(s: Scenario) -> ServerConfig:
-    """The coordinator's bounds for simulation: Kafka's shapes, seconds instead of minutes."""
+    """The coordinator's bounds for simulation: Kafka's shapes, seconds instead of minutes (a load
+    scenario's load settings scaled down the same way)."""
+    loads = {}
+    if s.loads is not None:
+        loads = {
+            "load_cooldown_ms": s.loads.cooldown_ms,
+            "load_report_interval_ms": s.loads.report_interval_ms,
+            "load_max_moves": s.loads.max_moves,
+        }
     return ServerConfig(
+        **loads,  # type: ignore[arg-type]
         session_timeout_ms=s.session_timeout_ms,
         min_session_timeout_ms=MIN_SESSION_MS,
         max_session_timeout_ms=MAX_SESSION_MS,
@@ -99,7 +108,34 @@ def convergence_bound_ms(s: Scenario) -> int:
             + LOAD_MS
             + 10 * MAX_HEARTBEAT_MS
         )
-    return MAX_SESSION_MS + max_delay + MAX_SCHEDULED_DELAY_MS + assignment + LOAD_MS + 10 * MAX_HEARTBEAT_MS
+    bound = MAX_SESSION_MS + max_delay + MAX_SCHEDULED_DELAY_MS + assignment + LOAD_MS + 10 * MAX_HEARTBEAT_MS
+    if s.loads is not None:
+        # A load scenario converges again after each load_imbalance bump (at most load_bump_bound
+        # of them with fixed loads), each a load quiet time (the watch's wait) and one rebalance away.
+        bound += (load_bump_bound(s, MAX_ITEMS) + 1) * (load_quiet_ms(s) + bound)
+    return bound
+
+
+# Load scenarios (SPEC §13): the most items a group can have (6 connectors of up to 5 tasks).
+MAX_ITEMS = 6 * 6
+
+
+def load_bump_bound(s: Scenario, items: int) -> int:
+    """With fixed loads and members, at most this many load_imbalance bumps (the property test's
+    bound in tests/coordinator/test_load_trigger.py): the assignor converges within ceil(items /
+    max moves) + 1 rebalances, plus one that finds nothing to move."""
+    assert s.loads is not None
+    moves = max(1, items // 10) if s.loads.max_moves == -1 else s.loads.max_moves
+    return -(-items // moves) + 2
+
+
+def load_quiet_ms(s: Scenario) -> int:
+    """How long after a convergence a load_imbalance bump may still come: a report held back for
+    half a report interval (and the heartbeat that brings it), the watch's cooldown of imbalance
+    and the cooldown since its previous bump, each rounded up to a sample (a quarter cooldown)."""
+    assert s.loads is not None
+    ld = s.loads
+    return ld.report_interval_ms + MAX_HEARTBEAT_MS + 2 * ld.cooldown_ms + 2 * max(100, ld.cooldown_ms // 4)
 
 
 class Violation(Exception):
@@ -156,6 +192,14 @@ class Stats:
     rolls: int = 0
     upgrades: int = 0
     downgrades: int = 0
+    # Load scenarios (SPEC §13): run; load changes applied; load reports the coordinator refused;
+    # load_imbalance epoch bumps (all, and after the faults stopped); rack spreads checked at convergence.
+    load_runs: int = 0
+    load_changes: int = 0
+    load_refused: int = 0
+    load_bumps: int = 0
+    load_bumps_quiet: int = 0
+    rack_checks: int = 0
     # Bad requests answered as expected, by kind (simulator.adversarial.KINDS).
     bad_checked: dict[str, int] = field(default_factory=dict)
 

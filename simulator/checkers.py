@@ -404,6 +404,46 @@ def _worker_problem(sim: Simulation, group: Group, w: SimWorker) -> str | None:
     return None
 
 
+def check_racks(sim: Simulation) -> None:
+    """At convergence of a load scenario whose live workers all declare a rack (two racks or more):
+    each connector's tasks are spread, per rack at most ceil(tasks / racks) (SPEC §13, the rule of
+    services/assignor/_racks.py). `load-balanced` spreads over any racks; `incremental-cooperative`
+    keeps its count balance first, so it is held to the spread when the racks have as many live
+    workers each (where its balance leaves room for the spread)."""
+    ld = sim.scenario.loads
+    node = sim.node
+    if ld is None or node.core is None:
+        return
+    group = node.core.state.groups.get(GROUP)
+    live = [w for w in sim.workers if w.up]
+    if group is None or not live or any(ld.racks[w.index] is None for w in live):
+        return
+    racks = {w.member_id: ld.racks[w.index] for w in live}
+    names = sorted({r for r in racks.values() if r})
+    if len(names) < 2:
+        return
+    if ld.assignor != "load-balanced":
+        sizes = {sum(1 for r in racks.values() if r == name) for name in names}
+        if len(sizes) > 1:
+            return
+    count: dict[tuple[str, str], int] = {}
+    for mid, m in group.members.items():
+        rack = racks.get(mid)
+        if rack is None:
+            continue  # (a member no live worker runs would make the group not converged)
+        for t in m.current.assigned.tasks:
+            count[t.connector, rack] = count.get((t.connector, rack), 0) + 1
+    sim.stats.rack_checks += 1
+    for (c, rack), k in sorted(count.items()):
+        cap = -(-group.connectors.get(c, 0) // len(names))
+        if k > cap:
+            raise Violation(
+                "c-racks",
+                f"{ld.assignor}: rack {rack} holds {k} of {c}'s {group.connectors.get(c, 0)} tasks, "
+                f"more than ceil(tasks / {len(names)} racks) = {cap}",
+            )
+
+
 def check_storage(sim: Simulation) -> None:
     """At the end: memory == committed state == what a fresh load of the SQLite file replays to."""
     node = sim.node

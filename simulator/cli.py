@@ -22,14 +22,27 @@ from dataclasses import asdict, replace
 from simulator import storage
 from simulator.engine import RunResult, run_scenario
 from simulator.planted import PLANTS, planted
-from simulator.scenario import CLASSIC_SHARE, DEFAULT_STEPS, MIGRATION_SHARE, PROTOCOLS, Scenario, generate
+from simulator.scenario import (
+    CLASSIC_SHARE,
+    DEFAULT_STEPS,
+    LOAD_SHARE,
+    MIGRATION_SHARE,
+    PROTOCOLS,
+    Scenario,
+    generate,
+)
 from simulator.shrink import shrink
 
 
 def _scenario(
-    seed: int, steps: int, unordered: bool, duplicate_joins: bool = False, protocol: str | None = None
+    seed: int,
+    steps: int,
+    unordered: bool,
+    duplicate_joins: bool = False,
+    protocol: str | None = None,
+    loads: str | None = None,
 ) -> Scenario:
-    s = generate(seed, steps, protocol)
+    s = generate(seed, steps, protocol, {"on": True, "off": False}.get(loads or ""))
     if unordered or duplicate_joins:
         s = replace(s, net=replace(s.net, unordered_requests=unordered, duplicate_joins=duplicate_joins))
     return s
@@ -45,6 +58,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --duplicate-joins"
     if getattr(args, "protocol", None):
         extra += f" --protocol {args.protocol}"
+    if getattr(args, "loads", None):
+        extra += f" --loads {args.loads}"
     return f"python -m simulator replay --seed {seed}{extra}"
 
 
@@ -76,7 +91,9 @@ def report_failure(result: RunResult, args: argparse.Namespace, out: list[str]) 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol)
+    scenario = _scenario(
+        args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol, args.loads
+    )
     started = time.monotonic()
     result = run_scenario(scenario, keep_trace=True)
     print(
@@ -97,7 +114,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.repro:
         scenario = args.scenario
     elif args.seed is not None:
-        scenario = _scenario(args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol)
+        scenario = _scenario(
+            args.seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol, args.loads
+        )
     else:
         print("replay needs --seed or --repro", file=sys.stderr)
         return 2
@@ -115,10 +134,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 SoakResult = tuple[int, int, str | None, str | None, dict[str, int]]
 
 
-def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...], str | None]) -> SoakResult:
-    seed, steps, unordered, duplicate_joins, plants, protocol = job
+SoakJob = tuple[int, int, bool, bool, tuple[str, ...], str | None, str | None]
+
+
+def _soak_one(job: SoakJob) -> SoakResult:
+    seed, steps, unordered, duplicate_joins, plants, protocol, loads = job
     with planted(plants):
-        result = run_scenario(_scenario(seed, steps, unordered, duplicate_joins, protocol))
+        result = run_scenario(_scenario(seed, steps, unordered, duplicate_joins, protocol, loads))
     v = result.violation
     counts = {k: val for k, val in asdict(result.stats).items() if isinstance(val, int) and k != "converged_ms"}
     counts["bad_requests_checked"] = sum(result.stats.bad_checked.values())
@@ -127,9 +149,10 @@ def _soak_one(job: tuple[int, int, bool, bool, tuple[str, ...], str | None]) -> 
     return seed, result.steps, (v.invariant if v else None), (str(v) if v else None), counts
 
 
-def _jobs(args: argparse.Namespace) -> Iterator[tuple[int, int, bool, bool, tuple[str, ...], str | None]]:
+def _jobs(args: argparse.Namespace) -> Iterator[SoakJob]:
     for seed in range(args.start_seed, args.start_seed + args.scenarios):
-        yield seed, args.steps, args.unordered_requests, args.duplicate_joins, tuple(args.plant or ()), args.protocol
+        plants = tuple(args.plant or ())
+        yield seed, args.steps, args.unordered_requests, args.duplicate_joins, plants, args.protocol, args.loads
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
@@ -185,7 +208,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     seed = min(s for s, _ in failures)
     with planted(tuple(args.plant or ())):
         result = run_scenario(
-            _scenario(seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol),
+            _scenario(seed, args.steps, args.unordered_requests, args.duplicate_joins, args.protocol, args.loads),
             keep_trace=True,
         )
         out: list[str] = []
@@ -224,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="the group's protocol in every scenario: connect, classic, or mixed (a migration scenario: "
             "classic and connect workers rolled from one protocol to the other); default: each seed picks -- "
             f"{int(CLASSIC_SHARE * 100)}%% of seeds run a classic group, {int(MIGRATION_SHARE * 100)}%% a migration)",
+        )
+        p.add_argument(
+            "--loads",
+            choices=("on", "off"),
+            help="load scenarios (SPEC §13: per-item loads, capacities, racks): on -- every seed a `connect` "
+            f"load scenario -- or off; default: {int(LOAD_SHARE * 100)}%% of the `connect` seeds",
         )
         p.add_argument("--no-shrink", action="store_true", help="print the failing seed without shrinking it")
         p.add_argument("--shrink-runs", type=int, default=300, help="at most this many runs to shrink a failure")

@@ -32,6 +32,7 @@ from typing import Any
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import TaskId, all_items
 from services.coordinator.core.records import RebalanceEvent
 from services.coordinator.core.state import CoordinatorState, durable_view
 from simulator import adversarial, checkers
@@ -45,6 +46,8 @@ from simulator.base import (
     Stats,
     Violation,
     convergence_bound_ms,
+    load_bump_bound,
+    load_quiet_ms,
     server_config,
 )
 from simulator.classic import ClassicWorker
@@ -59,6 +62,7 @@ from simulator.scenario import (
     COORD_START,
     DELETE_CONNECTOR,
     HEAL,
+    LOAD_CHANGE,
     MAX_HEARTBEAT_MS,
     PARTITION,
     PUT_CONNECTOR,
@@ -95,7 +99,16 @@ class Simulation:
         self.quiet = False
         self.bound_ms = convergence_bound_ms(scenario)
         self.converged_since: int | None = None
+        self.hold_gen = 0  # a load_imbalance bump after convergence starts the hold over
         self.done = False
+        # Load scenarios (SPEC §13): each item's load now (changed by LOAD_CHANGE events, fixed once
+        # the faults stop), and the load_imbalance bumps since the faults stopped with the members then.
+        self.loads: dict[tuple[str, int], float] = {}
+        self.quiet_bumps: list[tuple[int, frozenset[str]]] = []
+        self.items_removed = False  # the operator took items from their owners (see load_report_refused)
+        if scenario.loads is not None:
+            self.loads = {(c, t): v for c, t, v in scenario.loads.loads}
+            self.stats.load_runs = 1
         # Half of the seeds run with push streams (SPEC §11): decided apart from the scenario's own
         # draws, so a scenario is the same with or without them.
         self.push = random.Random(f"{scenario.seed}/push").random() < 0.5
@@ -256,7 +269,66 @@ class Simulation:
             self._admin(e, now)
         elif e.kind == BAD_REQUEST:
             self._bad_request(str(e.args[0]), int(e.args[1]), now)
+        elif e.kind == LOAD_CHANGE:
+            self._load_change(str(e.args[0]), int(e.args[1]), float(e.args[2]))
         return True
+
+    # -- load scenarios (SPEC §13)
+
+    def load_of(self, item: str | TaskId) -> float:
+        key = (item, -1) if isinstance(item, str) else (item.connector, item.task)
+        return self.loads.get(key, 1.0)
+
+    def _load_change(self, connector: str, task: int, load: float) -> None:
+        """An item's load changes: the worker running it (if any) measures the new one."""
+        self.loads[connector, task] = load
+        self.stats.load_changes += 1
+        item: str | TaskId = connector if task < 0 else TaskId(connector, task)
+        for w in self.workers:
+            running = connector in w.active.connectors if task < 0 else item in w.active.tasks
+            if running and w.member is not None:
+                w.member.loads.set(item, load)
+
+    def load_report_refused(self, w: SimWorker, message: str, now: int) -> None:
+        """The coordinator refused a worker's load report (INVALID_REQUEST naming item_loads): the
+        SDK reports only the items it owns, so this is a bug unless a fault explains it -- it is
+        counted, and once the faults stopped and their messages were delivered, a violation."""
+        self.stats.load_refused += 1
+        self.trace(f"{w.name}: load report refused: {message}")
+        net = self.scenario.net
+        message_faults = net.loss_request or net.loss_response or net.duplicate or net.delay
+        # During the faults: lost, duplicated or delayed messages, or items taken from their owner
+        # by the operator (a connector deleted or given fewer tasks) can leave a worker reporting
+        # what it no longer owns -- nothing else can; afterwards, only a message of the fault window.
+        excused = bool(message_faults) or self.items_removed
+        if self.quiet:
+            excused = now <= self.net.last_chaos_delivery
+        if not excused:
+            raise Violation("load-report", f"{w.name}'s load report was refused without a fault: {message}")
+
+    def load_bump(self, now: int, members: frozenset[str]) -> None:
+        """A load_imbalance epoch bump (stored). After the faults stopped -- loads fixed -- the bumps
+        with the same members are bounded (load_bump_bound: no rebalance loop); one after the group
+        converged starts the convergence hold over (the group converges again, by load)."""
+        self.stats.load_bumps += 1
+        if not self.quiet:
+            return
+        self.stats.load_bumps_quiet += 1
+        self.quiet_bumps = [b for b in self.quiet_bumps if b[1] == members] + [(now, members)]
+        node = self.node
+        group = node.core.state.groups.get(GROUP) if node.core is not None else None
+        items = len(all_items(group.connectors)) if group is not None else 0
+        bound = load_bump_bound(self.scenario, max(1, items))
+        if len(self.quiet_bumps) > bound:
+            raise Violation(
+                "c-load-loop",
+                f"{len(self.quiet_bumps)} load_imbalance bumps with fixed loads and members (at most {bound} for "
+                f"{items} items): at {[t for t, _ in self.quiet_bumps]}",
+            )
+        if self.converged_since is not None:
+            self.trace("load_imbalance after convergence: converging again")
+            self.converged_since = None
+            self.hold_gen += 1
 
     def _coordinator_crash(self, e: Event, now: int) -> None:
         phase, downtime, target = str(e.args[0]), int(e.args[1]), str(e.args[2])
@@ -285,10 +357,15 @@ class Simulation:
             self.trace("  (coordinator unavailable: the operator's request fails)")
             return
         request: Any
+        assert self.node.core is not None
+        group = self.node.core.state.groups.get(GROUP)
+        had = group.connectors.get(str(e.args[0])) if group is not None and e.args else None
         if e.kind == PUT_CONNECTOR:
             request = admin_pb2.PutConnectorRequest(group_id=GROUP, connector=str(e.args[0]), task_count=int(e.args[1]))
             method = "put_connector"
+            self.items_removed |= had is not None and int(e.args[1]) < had
         elif e.kind == DELETE_CONNECTOR:
+            self.items_removed |= had is not None
             request = admin_pb2.DeleteConnectorRequest(group_id=GROUP, connector=str(e.args[0]))
             method = "delete_connector"
         else:
@@ -400,11 +477,17 @@ class Simulation:
                 self.converged_since = self.now
                 self.stats.converged_ms = self.now - self.scenario.fault_window_ms
                 self.trace("CONVERGED")
-                self.schedule(self.now + HOLD_INTERVALS * MAX_HEARTBEAT_MS, self._hold_done)
+                checkers.check_racks(self)
+                hold = HOLD_INTERVALS * MAX_HEARTBEAT_MS
+                if self.scenario.loads is not None:
+                    hold += load_quiet_ms(self.scenario)  # the final stretch: no load_imbalance bump
+                self.schedule(self.now + hold, self._hold_done, self.hold_gen)
         elif self.converged_since is not None:
             raise Violation("c-stability", f"converged at {self.converged_since}, then: {problem}")
 
-    def _hold_done(self, now: int) -> bool:
+    def _hold_done(self, gen: int, now: int) -> bool:
+        if gen != self.hold_gen:
+            return False
         self.done = True
         return True
 

@@ -360,6 +360,12 @@ class CoordinatorNode:
                     stats.upgrades += 1
                 elif r.event == EventType.GROUP_DOWNGRADED:
                     stats.downgrades += 1
+                elif r.event == EventType.GROUP_EPOCH_BUMPED and r.details.get("reason") == "load_imbalance":
+                    self._load_bump(r.group_id)
+
+    def _load_bump(self, group_id: str) -> None:
+        group = self.core.state.groups.get(group_id) if self.core is not None else None
+        self.sim.load_bump(self.sim.now, frozenset(group.members) if group is not None else frozenset())
 
     def _store_all(self) -> None:
         """The runtime's writer, synchronously: store every batch the machine hands out."""

@@ -16,6 +16,7 @@ from services.common.items import EMPTY
 from services.coordinator.core import membership as membership_module
 from services.coordinator.core.coordinator import GroupCoordinator
 from services.coordinator.core.records import CurrentAssignmentValue, MemberState
+from services.coordinator.core.state import LoadWatch
 from services.coordinator.runtime.machine import CoordinatorMachine
 from services.storage import leases as leases_module
 
@@ -149,6 +150,15 @@ def downgrade_releasing_held() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def ignore_futile_load_bumps() -> Iterator[None]:
+    """The load watch forgets that the target computed for its last load_imbalance bump moved
+    nothing (SPEC §13): an imbalance no placement can cure (a task heavier than the mean) brings a
+    bump every cooldown, for ever -- a rebalance loop."""
+    with _patch(LoadWatch, "futile", property(lambda self: False, lambda self, value: None)):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
@@ -158,6 +168,7 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "forget-classic-assignment": forget_classic_assignment,
     "upgrade-without-assignments": upgrade_without_assignments,
     "downgrade-releasing-held": downgrade_releasing_held,
+    "ignore-futile-load-bumps": ignore_futile_load_bumps,
 }
 
 

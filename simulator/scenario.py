@@ -15,7 +15,7 @@ import json
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # Defaults of one CI scenario: the target number of steps of its fault phase.
@@ -42,6 +42,8 @@ DELETE_CONNECTOR = "delete_connector"  # args (name,)
 ALTER_CONFIG = "alter_config"  # args (name, value or None to delete)
 ASSIGNOR_FAULT = "assignor_fault"  # args (kind,): the next service assignment "fails", "errors", is "lost" or "slow"
 BAD_REQUEST = "bad_request"  # args (kind, subseed): a malformed / adversarial request (see adversarial.py)
+# args (connector, task, load): an item's load changes (task -1: the connector's own); load scenarios only
+LOAD_CHANGE = "load_change"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class WorkerSpec:
     rebalance_timeout_ms: int
     # None: the SDK default (max(heartbeat interval, session/5)); else MemberConfig.session_safety_margin_ms.
     safety_margin_ms: int | None
-    assignors: str  # "default" (incremental-cooperative, eager) | "eager"
+    # "default" (incremental-cooperative, eager) | "eager" | "load-balanced" (then those two; load scenarios)
+    assignors: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,34 @@ class NetSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """A load scenario's loads, capacities and racks (SPEC §13), drawn from their own generator
+    (seed/loads), and the scaled-down load settings the coordinator and the workers run with."""
+
+    assignor: str  # the workers' preferred assignor: "load-balanced", or "incremental-cooperative" (racks only)
+    cooldown_ms: int  # group.connect.load.cooldown.ms
+    report_interval_ms: int  # group.connect.load.report.interval.ms (and the SDK's)
+    max_moves: int  # group.connect.load.max.moves: -1 (10 % of the items, at least 1) or >= 1
+    capacities: tuple[float | None, ...]  # per worker (None: not declared, 1.0)
+    racks: tuple[str | None, ...]  # per worker (None: not declared)
+    # Every item's load at the start (connector, task, load), task -1 for the connector itself;
+    # LOAD_CHANGE events change them during the fault window, fixed afterwards.
+    loads: tuple[tuple[str, int, float], ...] = ()
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> LoadSpec:
+        return LoadSpec(
+            assignor=str(d["assignor"]),
+            cooldown_ms=int(d["cooldown_ms"]),
+            report_interval_ms=int(d["report_interval_ms"]),
+            max_moves=int(d["max_moves"]),
+            capacities=tuple(None if c is None else float(c) for c in d["capacities"]),
+            racks=tuple(None if r is None else str(r) for r in d["racks"]),
+            loads=tuple((str(c), int(t), float(v)) for c, t, v in d["loads"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     seed: int
     workers: tuple[WorkerSpec, ...]
@@ -105,12 +136,16 @@ class Scenario:
     # ("classic" or "connect"); its WORKER_START events may switch a worker's protocol (a roll).
     migration: str = ""
     protocols: tuple[str, ...] = ()
+    # A load scenario (SPEC §13): workers report per-item loads, declare capacities and racks.
+    loads: LoadSpec | None = None
 
     # ---- (de)serialization: a shrunk scenario replays from its token ------------------------
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["events"] = [[e.at_ms, e.kind, e.w, list(e.args)] for e in self.events]
+        if self.loads is None:
+            del d["loads"]  # (the token of a scenario without loads is what it was before them)
         return d
 
     @staticmethod
@@ -128,6 +163,7 @@ class Scenario:
             classic=str(d.get("classic", "")),
             migration=str(d.get("migration", "")),
             protocols=tuple(str(p) for p in d.get("protocols", ())),
+            loads=LoadSpec.from_json(d["loads"]) if d.get("loads") else None,
         )
 
     def token(self) -> str:
@@ -149,11 +185,21 @@ class Scenario:
             f"scheduled delay {self.scheduled_delay_ms} ms, faults for {self.fault_window_ms} ms",
             f"  network: {self.net}",
         ]
+        ld = self.loads
+        if ld is not None:
+            lines.append(
+                f"  loads: assignor {ld.assignor}, cooldown {ld.cooldown_ms} ms, report interval "
+                f"{ld.report_interval_ms} ms, max moves {ld.max_moves}; "
+                + " ".join(f"{c}{'' if t < 0 else f'-{t}'}={v}" for c, t, v in ld.loads)
+            )
         for i, w in enumerate(self.workers):
+            extra = f", starts {self.protocols[i]}" if self.protocols else ""
+            if ld is not None:
+                extra += f", capacity {ld.capacities[i]}, rack {ld.racks[i]}"
             lines.append(
                 f"  w{i}: {'static' if w.static else 'dynamic'}, rebalance timeout {w.rebalance_timeout_ms} ms, "
                 f"safety margin {w.safety_margin_ms if w.safety_margin_ms is not None else 'default'}, "
-                f"assignors {w.assignors}" + (f", starts {self.protocols[i]}" if self.protocols else "")
+                f"assignors {w.assignors}" + extra
             )
         lines.append(f"  {len(self.events)} events:")
         lines.extend(f"    {e}" for e in self.events)
@@ -265,9 +311,15 @@ _CLASSIC_FAULTS = (
 )
 
 
-def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None) -> Scenario:
+def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None, loads: bool | None = None) -> Scenario:
     """A random scenario; `steps` sizes its fault phase (roughly that many simulation steps).
-    `protocol`: "connect", "classic", or None to let the seed choose (CLASSIC_SHARE of seeds are classic)."""
+    `protocol`: "connect", "classic", or None to let the seed choose (CLASSIC_SHARE of seeds are classic).
+    `loads`: a `connect` scenario is a load scenario (`with_loads`) if True, never if False, else
+    when the seed's load draw is below LOAD_SHARE (forced on, the protocol is `connect`)."""
+    if loads and protocol not in (None, CONNECT):
+        raise ValueError(f"protocol {protocol!r}: load scenarios are {CONNECT} scenarios")
+    if loads and protocol is None:
+        protocol = CONNECT
     if protocol is None:
         draw = random.Random(f"{seed}/protocol").random()
         protocol = CLASSIC if draw < CLASSIC_SHARE else MIXED if draw < CLASSIC_SHARE + MIGRATION_SHARE else CONNECT
@@ -306,7 +358,7 @@ def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None)
     ]
     events += _faults(rng, kinds, window, workers, connectors, session, service)
     events.sort(key=lambda e: e.at_ms)
-    return Scenario(
+    scenario = Scenario(
         seed=seed,
         workers=tuple(workers),
         service=service,
@@ -316,6 +368,68 @@ def generate(seed: int, steps: int = DEFAULT_STEPS, protocol: str | None = None)
         net=net,
         fault_window_ms=window,
         events=tuple(events),
+    )
+    lrng = random.Random(f"{seed}/loads")
+    on = lrng.random() < LOAD_SHARE
+    return with_loads(scenario, lrng) if (on if loads is None else loads) else scenario
+
+
+# ---- load scenarios (SPEC §13) ----------------------------------------------------------------------
+
+# The share of `connect` seeds that are load scenarios: decided by the first draw of a generator of
+# their own (seed/loads), which also draws everything else of the loads, so a seed without loads is
+# exactly the scenario (and the run) it was before load scenarios existed.
+LOAD_SHARE = 0.35
+LOAD_BALANCED = "load-balanced"
+INCREMENTAL_COOPERATIVE = "incremental-cooperative"
+MAX_TASKS = 5  # a connector has at most this many tasks (PUT_CONNECTOR's draws)
+RACK_NAMES = ("r1", "r2", "r3")
+
+
+def _skewed(rng: random.Random) -> float:
+    """A task's load: a tenth idle, else Pareto (shape 1.2: most light, a few 10-100x heavier)."""
+    if rng.random() < 0.1:
+        return 0.0
+    return round(min(100.0, rng.paretovariate(1.2)), 2)
+
+
+def with_loads(s: Scenario, rng: random.Random) -> Scenario:
+    """`s` as a load scenario, every draw from `rng`: its workers prefer the load-balanced assignor
+    (four in five; else incremental-cooperative, whose racks only matter), some declare a capacity,
+    racks for all, some or none of them; every item a skewed load, changed by LOAD_CHANGE events at
+    random times of the fault window (fixed once the faults stop); cooldown and report interval
+    scaled down so that load_imbalance triggers happen within the scenario."""
+    assignor = LOAD_BALANCED if rng.random() < 0.8 else INCREMENTAL_COOPERATIVE
+    n = len(s.workers)
+    capacities = tuple(rng.choice((0.5, 2.0, 3.0)) if rng.random() < 0.3 else None for _ in range(n))
+    mode = rng.choice(("none", "all", "all", "some"))
+    n_racks = rng.choice((2, 3))
+    racks = tuple(
+        RACK_NAMES[i % n_racks] if mode == "all" or (mode == "some" and rng.random() < 0.6) else None for i in range(n)
+    )
+    table = []
+    for c in _CONNECTORS:
+        table.append((c, -1, round(rng.uniform(0.0, 0.5), 2)))
+        table += [(c, t, _skewed(rng)) for t in range(MAX_TASKS)]
+    changes = [
+        Event(rng.randint(200, max(201, s.fault_window_ms - 1)), LOAD_CHANGE, -1, (c, t, _skewed(rng)))
+        for c, t, _ in (rng.choice(table) for _ in range(rng.randint(1, max(1, s.fault_window_ms // 1_500))))
+    ]
+    spec = LoadSpec(
+        assignor=assignor,
+        cooldown_ms=rng.choice((400, 800, 1_200)),
+        report_interval_ms=rng.choice((200, 500, 1_000)),
+        max_moves=rng.choice((-1, -1, 1, 2, 3)),
+        capacities=capacities,
+        racks=racks,
+        loads=tuple(table),
+    )
+    profile = "load-balanced" if assignor == LOAD_BALANCED else "default"
+    return replace(
+        s,
+        workers=tuple(replace(w, assignors=profile) for w in s.workers),
+        events=tuple(sorted((*s.events, *changes), key=lambda e: e.at_ms)),
+        loads=spec,
     )
 
 

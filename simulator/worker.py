@@ -23,6 +23,7 @@ from simulator.scenario import (
 from worker_sdk import (
     DEFAULT_ASSIGNORS,
     EAGER,
+    INCREMENTAL_COOPERATIVE,
     AssignmentFlow,
     AssignmentOutcome,
     AssignmentTask,
@@ -39,6 +40,9 @@ from worker_sdk import (
     Wait,
     run_assignor,
 )
+
+# A load scenario's workers prefer the load-balanced assignor (SPEC §13: versions 1-2, cooperative).
+LOAD_BALANCED = ClientAssignor("load-balanced", 1, 2, 2)
 
 # ---- a worker -----------------------------------------------------------------------------------
 
@@ -76,6 +80,8 @@ class SimWorker:
 
     def _assignors(self) -> tuple[ClientAssignor, ...]:
         base = (EAGER,) if self.spec.assignors == "eager" else DEFAULT_ASSIGNORS
+        if self.spec.assignors == "load-balanced":
+            base = (LOAD_BALANCED, INCREMENTAL_COOPERATIVE, EAGER)
         return tuple(
             ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.version, reason=self.reason) for a in base
         )
@@ -111,6 +117,7 @@ class SimWorker:
             default_heartbeat_interval_ms=self.sim.scenario.heartbeat_interval_ms,
             default_session_timeout_ms=self.sim.scenario.session_timeout_ms,
             session_safety_margin_ms=self.spec.safety_margin_ms,
+            **self._load_config(),
         )
         self.member = Member(
             config, rng=random.Random(f"{self.sim.scenario.seed}/member/{self.index}/{self.incarnation}")
@@ -118,6 +125,24 @@ class SimWorker:
         self.sim.trace(f"{self.name} starts (incarnation {self.incarnation})")
         self.member.join(now)
         self.drive(now)
+
+    def _load_config(self) -> dict[str, Any]:
+        """A load scenario's worker: its capacity, rack and report interval (SPEC §13)."""
+        ld = self.sim.scenario.loads
+        if ld is None:
+            return {}
+        return {
+            "capacity": ld.capacities[self.index],
+            "rack": ld.racks[self.index],
+            "load_report_interval_ms": ld.report_interval_ms,
+        }
+
+    def set_loads(self, items: Items) -> None:
+        """Its connectors and tasks tell it their loads now (as they start, and as loads change)."""
+        m = self.member
+        if m is None or self.sim.scenario.loads is None or not items:
+            return
+        m.loads.update({item: self.sim.load_of(item) for item in items.item_keys()})
 
     def crash(self, now: int) -> None:
         if not self.up:
@@ -209,6 +234,7 @@ class SimWorker:
 
     def _begin_effect(self, effect: Effect, now: int) -> None:
         self.active = self.active | effect.assigned
+        self.set_loads(effect.assigned)
         stopping = effect.lost | effect.revoked
         if stopping:
             if self.slow_stop_ms is not None:
@@ -244,6 +270,8 @@ class SimWorker:
         assert m is not None
         if kind == "heartbeat":
             before = m.state
+            if response.error_code == ErrorCode.INVALID_REQUEST and "item_loads" in response.error_message:
+                self.sim.load_report_refused(self, response.error_message, now)
             m.on_heartbeat_response(seq, response, now)
             if (
                 response.error_code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID)

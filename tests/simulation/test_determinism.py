@@ -8,14 +8,17 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from simulator.engine import run_scenario
 from simulator.scenario import Scenario, generate
 
 
 def test_same_seed_same_trace() -> None:
-    for seed in (3, 17, 101):
-        a = run_scenario(generate(seed), keep_trace=True)
-        b = run_scenario(generate(seed))
+    for seed, loads in ((3, None), (17, None), (101, None), (11, True)):
+        assert generate(11, loads=True).loads is not None
+        a = run_scenario(generate(seed, loads=loads), keep_trace=True)
+        b = run_scenario(generate(seed, loads=loads))
         assert (a.trace_hash, a.steps, a.virtual_ms) == (b.trace_hash, b.steps, b.virtual_ms)
         assert a.stats == b.stats
 
@@ -31,12 +34,16 @@ def test_a_scenario_survives_its_token() -> None:
     assert run_scenario(Scenario.from_token(s.token())).trace_hash == run_scenario(s).trace_hash
 
 
-def test_same_trace_in_fresh_processes_whatever_the_hash_seed() -> None:
-    expected = run_scenario(generate(9)).trace_hash
+# Seed 9 picks a load scenario itself; seed 5 (a classic seed) is one with --loads on.
+@pytest.mark.parametrize(("seed", "loads"), [(9, None), (2, None), (5, "on")])
+def test_same_trace_in_fresh_processes_whatever_the_hash_seed(seed: int, loads: str | None) -> None:
+    scenario = generate(seed, loads=True if loads else None)
+    assert (scenario.loads is not None) == (seed != 2)
+    expected = run_scenario(scenario).trace_hash
     for hash_seed in ("0", "1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         out = subprocess.run(
-            [sys.executable, "-m", "simulator", "replay", "--seed", "9"],
+            [sys.executable, "-m", "simulator", "replay", "--seed", str(seed), *(["--loads", loads] if loads else [])],
             capture_output=True,
             text=True,
             env=env,
@@ -87,9 +94,13 @@ def _traces(hash_seed: str) -> subprocess.Popen[str]:
 def test_three_dozen_seeds_give_the_same_full_trace_under_several_hash_seeds() -> None:
     import ast
 
-    # They cover every kind of scenario: connect, classic and migration (mixed) groups.
-    kinds = {("mixed" if s.migration else "classic" if s.classic else "connect") for s in map(_generated, _SEEDS)}
-    assert kinds == {"connect", "classic", "mixed"}, kinds
+    # They cover every kind of scenario: connect, classic and migration (mixed) groups, and load
+    # scenarios (SPEC §13: seeds 0, 4, 6... report loads, declare capacities and racks).
+    kinds = {
+        ("mixed" if s.migration else "classic" if s.classic else "loads" if s.loads else "connect")
+        for s in map(_generated, _SEEDS)
+    }
+    assert kinds == {"connect", "classic", "mixed", "loads"}, kinds
 
     runs = {h: _traces(h) for h in ("0", "2", "5")}  # two at a time would do; the machine has two cores
     outputs = {}
