@@ -268,12 +268,16 @@ def item_events(ev: DataFrame) -> DataFrame:
             EventType.MEMBER_EXPIRED,
             EventType.MEMBER_FENCED,
             EventType.GROUP_EPOCH_BUMPED,
+            EventType.CLASSIC_REBALANCE_STARTED,
             EventType.GROUP_DELETED,
         )
     )
+    # A connector change starts a classic group's rebalance: its event names the items created
+    # (connectors / tasks) and deleted (removed_*), as a `connect` group's epoch bump does.
+    created = e.isin(EventType.GROUP_EPOCH_BUMPED, EventType.CLASSIC_REBALANCE_STARTED)
     primary = (
         F.when(e.isin(EventType.ITEMS_ASSIGNED, EventType.MEMBER_REPLACED), START)
-        .when(e == EventType.GROUP_EPOCH_BUMPED, CREATE)
+        .when(created, CREATE)
         .when(e == EventType.GROUP_DELETED, DELETE)
         .otherwise(STOP)
     )
@@ -283,7 +287,7 @@ def item_events(ev: DataFrame) -> DataFrame:
         # (removed by an operator: a leave it did not ask for, as planned as one)
         .when(e.isin(EventType.MEMBER_LEFT, EventType.MEMBER_REMOVED), "member_left")
         .when(lost, "member_lost")
-        .when(e == EventType.GROUP_EPOCH_BUMPED, "new")
+        .when(created, "new")
     )
     # A member lost without leaving stopped its work by its last successful heartbeat.
     stop_at = F.when(lost, F.least(F.coalesce(F.col("d.last_heartbeat_ms"), F.col("t")), F.col("t"))).otherwise(

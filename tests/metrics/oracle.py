@@ -220,12 +220,13 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
         elif ev in ("member_expired", "member_fenced"):
             hb = d.get("last_heartbeat_ms")
             stop(min(hb if hb is not None else t, t), "member_lost")
-        if ev == "group_epoch_bumped":
+        # A classic group's connector change is in the rebalance it starts.
+        if ev in ("group_epoch_bumped", "classic_rebalance_started"):
             for is_task, name in named():
                 key = (gid, is_task, name)
                 if not isinstance(item_state.get(key), _Down):
                     item_state[key] = _Down(t, "new", None, t)
-        if ev in ("group_epoch_bumped", "group_deleted"):
+        if ev in ("group_epoch_bumped", "classic_rebalance_started", "group_deleted"):
             for is_task, name in named("removed_"):
                 key = (gid, is_task, name)
                 s = item_state.get(key)
