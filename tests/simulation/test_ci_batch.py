@@ -1,7 +1,8 @@
 """The CI batch: 2,000 seeded scenarios (>= 200,000 simulated steps) against the real coordinator
 core, worker SDK, assignors and SQLite storage, every invariant checked after every step. The seeds
 pick their group: `connect` (half), classic (30 %) or a migration scenario (20 %, about 400 of them:
-classic and `connect` workers rolled both ways, the group upgraded and downgraded).
+classic and `connect` workers rolled both ways, the group upgraded and downgraded); 35 % of the
+`connect` seeds are load scenarios (SPEC §13: loads, capacities, racks; more in test_loads.py).
 
 Four chunks of 500 seeds, run one after the other in this process (no xdist). A failure is shrunk
 and reported with the one-line command that replays it. The soak is `python -m simulator soak`.
@@ -37,7 +38,9 @@ def test_seeded_scenarios_hold_every_invariant(chunk: int, record_property: Call
         if not result.ok:
             pytest.fail(reproduction(result), pytrace=False)
         st = result.stats
-        migrations.update(scenarios=st.migration_runs, upgrades=st.upgrades, downgrades=st.downgrades)
+        migrations.update(
+            scenarios=st.migration_runs, upgrades=st.upgrades, downgrades=st.downgrades, loads=st.load_runs
+        )
     elapsed = time.perf_counter() - started
     record_property("scenarios", len(seeds))
     record_property("steps", steps)
@@ -48,3 +51,4 @@ def test_seeded_scenarios_hold_every_invariant(chunk: int, record_property: Call
     # A fifth of the seeds are migration scenarios (SPEC §12): the group converted in both directions.
     assert migrations["scenarios"] >= SEEDS_PER_CHUNK // 10, migrations
     assert migrations["upgrades"] >= 20 and migrations["downgrades"] >= 20, migrations
+    assert migrations["loads"] >= SEEDS_PER_CHUNK // 10, migrations  # (about 17 % of the seeds)
