@@ -215,6 +215,25 @@ def test_an_empty_group_converting_after_a_downgrade_keeps_its_assignment_epoch(
     m.check_recovery()
 
 
+def test_a_member_the_classic_group_dropped_must_stop_its_work_before_joining_the_upgraded_group() -> None:
+    """Found by the 20,000-scenario soak (mixed seed 4269; `a-workers`): a cooperative classic member
+    whose JoinGroup was lost was dropped by the classic group (not rejoined), which a `connect` join
+    then upgraded; the member's next JoinGroup, under its old id and reporting what it still ran,
+    made it a new member owning nothing -- it was never told to stop work the coordinator had given
+    to others. Now such a JoinGroup gets UNKNOWN_MEMBER_ID: it stops everything and joins anew."""
+    m = Migration()
+    m1, m2 = m.classic_group([items("A"), items("B")])
+    m.cjoin(m1, items("A"))  # a rebalance; m2's JoinGroup never arrives
+    m.sleep(REBALANCE + 1)
+    assert m2 not in m.classic().members
+    m.connect_join()  # upgraded without m2
+    before = m.durable()
+    answer = m.cjoin(m2, items("B"))
+    assert answer.error_code == ErrorCode.UNKNOWN_MEMBER_ID and "runs 1 items" in answer.error_message, answer
+    assert m.durable() == before
+    m.check_recovery()
+
+
 def _converted_member(session_ms: int = 3_000) -> tuple[ClassicMember, int]:
     """A cooperative classic member Stable in a `connect` group (its JoinGroup answer named no
     leader) running A, at time 1000: (the member, now)."""

@@ -1183,6 +1183,15 @@ class ClassicGroups(CoreBase):
             )
         protocols = _protocols(req)
         url, owned = self._read_metadata(protocols)
+        if member is None and mid and owned:
+            # Dropped (by the classic group before an upgrade, or fenced or expired since) and still
+            # running work that is no longer its own: a new member under that id would never be told
+            # to stop it (found by the simulator). It stops everything and joins anew.
+            raise ApiError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member '{clip(mid)}' is not a member of group '{gid}' and says it runs {len(owned)} items: "
+                "stop them and rejoin (JoinGroup) without a member id",
+            )
         if not mid:
             self._check_connect_group_size(group)
             return classic_pb2.JoinGroupResponse(
