@@ -119,7 +119,7 @@ class Simulation:
             self.stats.migration_runs = 1  # (push streams: only `connect` incarnations open one)
         # Migration scenarios: the highest epoch or generation each worker incarnation was told, and
         # the `connect` members of the group at the last check (see checkers._check_mixed_workers).
-        self.seen_epochs: dict[tuple[int, int], int] = {}
+        self.seen_epochs: dict[tuple[int, int], tuple[int, int]] = {}  # (last told, highest)
         self.connect_members: set[str] = set()
         # The highest classic generation stored, per group: stored generations never go back.
         self.generations: dict[str, int] = {}

@@ -334,7 +334,8 @@ class CoordinatorNode:
                 self.sim.classic_generation(r.group_id, r.value.generation)
             elif isinstance(r, GroupMetadata) and r.value is None:
                 self.sim.generations.pop(r.group_id, None)  # deleted (empty): a new group starts again
-                self.sim.seen_epochs.clear()
+                # (what workers were told by the deleted group no longer counts; what they still hold is not news)
+                self.sim.seen_epochs = {k: (last, 0) for k, (last, _) in self.sim.seen_epochs.items()}
             elif (
                 isinstance(r, GroupMetadata)
                 and r.value is not None
