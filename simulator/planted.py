@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, cast
 
+import services.assignor
 from services.common.items import EMPTY
 from services.coordinator.core import membership as membership_module
 from services.coordinator.core.coordinator import GroupCoordinator
@@ -159,6 +160,22 @@ def ignore_futile_load_bumps() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def assignor_ignores_racks() -> Iterator[None]:
+    """The assignor (service and client-side alike) is not told the members' racks: the
+    cooperative assignors balance without spreading a connector's tasks over them (SPEC §13)."""
+    original = services.assignor.assign
+
+    def assign(request: Any) -> Any:
+        request = type(request).FromString(request.SerializeToString())
+        for m in request.members:
+            m.ClearField("rack")
+        return original(request)
+
+    with _patch(services.assignor, "assign", assign):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
@@ -169,6 +186,7 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "upgrade-without-assignments": upgrade_without_assignments,
     "downgrade-releasing-held": downgrade_releasing_held,
     "ignore-futile-load-bumps": ignore_futile_load_bumps,
+    "assignor-ignores-racks": assignor_ignores_racks,
 }
 
 

@@ -2,7 +2,7 @@
 faults, fixed after), some declare capacities and racks, most prefer the `load-balanced` assignor.
 The same invariants as every scenario, plus: no rebalance loop (with fixed loads and members the
 `load_imbalance` bumps are bounded, and none in the final stretch), the rack spread at convergence,
-and no load report refused without a fault to explain it."""
+and no load report refused without a fault to explain it; two plants prove the first two are found."""
 
 from __future__ import annotations
 
@@ -96,17 +96,25 @@ def test_the_bump_bound_is_the_property_tests() -> None:
         assert load_bump_bound(replace(s, loads=replace(s.loads, max_moves=max_moves)), items) == bound
 
 
-def test_a_rebalance_loop_is_found_and_shrunk() -> None:
-    """Planted: the watch forgets that its last bump moved nothing, so an imbalance no placement
-    cures (a task heavier than the mean) brings a bump every cooldown -- the c-load-loop violation."""
-    with planted(["ignore-futile-load-bumps"]):
+@pytest.mark.parametrize(
+    ("plant", "invariant"),
+    [
+        # The watch forgets that its last bump moved nothing: an imbalance no placement cures (a task
+        # heavier than the mean) brings a bump every cooldown -- a rebalance loop.
+        ("ignore-futile-load-bumps", "c-load-loop"),
+        # The assignor is not told the racks: a connector's tasks pile up in one rack.
+        ("assignor-ignores-racks", "c-racks"),
+    ],
+)
+def test_the_load_plants_are_found_and_shrunk(plant: str, invariant: str) -> None:
+    with planted([plant]):
         failure = next(
             (r for seed in range(60) if not (r := run_scenario(generate(seed, loads=True))).ok),
             None,
         )
         assert failure is not None and failure.violation is not None
-        assert failure.violation.invariant == "c-load-loop", failure.violation
+        assert failure.violation.invariant == invariant, failure.violation
         small, _ = shrink(failure, max_runs=80)
         again = run_scenario(small.scenario)
-    assert again.violation is not None and again.violation.invariant == "c-load-loop"
+    assert again.violation is not None and again.violation.invariant == invariant
     assert run_scenario(small.scenario).ok, "the reproduction fails only because of the plant"

@@ -32,8 +32,8 @@ EXPECTED = {
 # The online-migration plants show only in migration seeds (a fifth of them): tests/simulation/
 # test_migration.py runs them over those seeds, and shrinks a reproduction.
 MIGRATION_PLANTS = {"upgrade-without-assignments", "downgrade-releasing-held"}
-# The load plant shows only in load scenarios: tests/simulation/test_loads.py runs it over those.
-LOAD_PLANTS = {"ignore-futile-load-bumps"}
+# The load plants show only in load scenarios: tests/simulation/test_loads.py runs them over those.
+LOAD_PLANTS = {"ignore-futile-load-bumps", "assignor-ignores-racks"}
 
 
 def test_every_plant_is_proven() -> None:
