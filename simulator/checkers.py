@@ -409,7 +409,8 @@ def _worker_problem(sim: Simulation, group: Group, w: SimWorker) -> str | None:
 def check_racks(sim: Simulation) -> None:
     """At convergence of a load scenario whose live workers all declare a rack (two racks or more):
     each connector's tasks are spread, per rack at most ceil(tasks / racks) (SPEC §13, the rule of
-    services/assignor/_racks.py). `load-balanced` spreads over any racks; `incremental-cooperative`
+    services/assignor/_racks.py). `load-balanced` spreads over any racks (when the target was
+    computed with loads known; else its answer is `incremental-cooperative`'s); `incremental-cooperative`
     keeps its count balance first, so it is held to the spread when the racks have as many live
     workers each (where its balance leaves room for the spread)."""
     ld = sim.scenario.loads
@@ -424,7 +425,8 @@ def check_racks(sim: Simulation) -> None:
     names = sorted({r for r in racks.values() if r})
     if len(names) < 2:
         return
-    if ld.assignor != "load-balanced":
+    if ld.assignor != "load-balanced" or not sim.loads_known_at.get(group.assignment_epoch, False):
+        # (with no load known, load-balanced gives exactly incremental-cooperative's answer)
         sizes = {sum(1 for r in racks.values() if r == name) for name in names}
         if len(sizes) > 1:
             return

@@ -104,7 +104,9 @@ class Simulation:
         # Load scenarios (SPEC §13): each item's load now (changed by LOAD_CHANGE events, fixed once
         # the faults stop), and the load_imbalance bumps since the faults stopped with the members then.
         self.loads: dict[tuple[str, int], float] = {}
-        self.quiet_bumps: list[tuple[int, frozenset[str]]] = []
+        self.quiet_bumps: list[int] = []
+        # Whether the assignment of each group epoch was computed with loads known (checkers.check_racks).
+        self.loads_known_at: dict[int, bool] = {}
         self.items_removed = False  # the operator took items from their owners (see load_report_refused)
         if scenario.loads is not None:
             self.loads = {(c, t): v for c, t, v in scenario.loads.loads}
@@ -289,6 +291,11 @@ class Simulation:
             if running and w.member is not None:
                 w.member.loads.set(item, load)
 
+    def assigned(self, group_epoch: int, request: Any) -> None:
+        """An assignor computed the target of `group_epoch` from `request` (service or client-side)."""
+        if self.scenario.loads is not None:
+            self.loads_known_at[group_epoch] = any(len(m.item_loads.loads) for m in request.members)
+
     def load_report_refused(self, w: SimWorker, message: str, now: int) -> None:
         """The coordinator refused a worker's load report (INVALID_REQUEST naming item_loads): the
         SDK reports only the items it owns, so this is a bug unless a fault explains it -- it is
@@ -306,15 +313,16 @@ class Simulation:
         if not excused:
             raise Violation("load-report", f"{w.name}'s load report was refused without a fault: {message}")
 
-    def load_bump(self, now: int, members: frozenset[str]) -> None:
+    def load_bump(self, now: int) -> None:
         """A load_imbalance epoch bump (stored). After the faults stopped -- loads fixed -- the bumps
-        with the same members are bounded (load_bump_bound: no rebalance loop); one after the group
-        converged starts the convergence hold over (the group converges again, by load)."""
+        in a row, with no other rebalance in between (`quiet_bumps`, cleared by any other epoch bump:
+        a membership change, a delayed rebalance...), are bounded (load_bump_bound: no rebalance
+        loop); one after the group converged starts the convergence hold over (it converges again)."""
         self.stats.load_bumps += 1
         if not self.quiet:
             return
         self.stats.load_bumps_quiet += 1
-        self.quiet_bumps = [b for b in self.quiet_bumps if b[1] == members] + [(now, members)]
+        self.quiet_bumps.append(now)
         node = self.node
         group = node.core.state.groups.get(GROUP) if node.core is not None else None
         items = len(all_items(group.connectors)) if group is not None else 0
@@ -322,8 +330,8 @@ class Simulation:
         if len(self.quiet_bumps) > bound:
             raise Violation(
                 "c-load-loop",
-                f"{len(self.quiet_bumps)} load_imbalance bumps with fixed loads and members (at most {bound} for "
-                f"{items} items): at {[t for t, _ in self.quiet_bumps]}",
+                f"{len(self.quiet_bumps)} load_imbalance bumps in a row with fixed loads (at most {bound} for "
+                f"{items} items): at {self.quiet_bumps}",
             )
         if self.converged_since is not None:
             self.trace("load_imbalance after convergence: converging again")

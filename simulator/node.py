@@ -361,12 +361,14 @@ class CoordinatorNode:
                     stats.upgrades += 1
                 elif r.event == EventType.GROUP_DOWNGRADED:
                     stats.downgrades += 1
-                elif r.event == EventType.GROUP_EPOCH_BUMPED and r.details.get("reason") == "load_imbalance":
-                    self._load_bump(r.group_id)
+                elif r.event == EventType.GROUP_EPOCH_BUMPED:
+                    self._epoch_bumped(r)
 
-    def _load_bump(self, group_id: str) -> None:
-        group = self.core.state.groups.get(group_id) if self.core is not None else None
-        self.sim.load_bump(self.sim.now, frozenset(group.members) if group is not None else frozenset())
+    def _epoch_bumped(self, r: RebalanceEvent) -> None:
+        if r.details.get("reason") == "load_imbalance":
+            self.sim.load_bump(self.sim.now)
+        else:
+            self.sim.quiet_bumps.clear()  # (another rebalance: the load count starts over)
 
     def _store_all(self) -> None:
         """The runtime's writer, synchronously: store every batch the machine hands out."""
@@ -595,6 +597,7 @@ class CoordinatorNode:
             # And every other pair of them lists every member (the coordinator's full install path).
             request.accept_unchanged_omitted = request.accept_unchanged_omitted and not (job.group_epoch // 2) % 2
             resp = services.assignor.assign(request)
+            self.sim.assigned(job.group_epoch, request)
         self.sim.trace(f"assignor answers epoch {job.group_epoch} (error {resp.error})")
         ticket = self.execute(
             lambda core, t: core.complete_service_assignment(job.group_id, job.group_epoch, resp, t), now, None

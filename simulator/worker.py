@@ -321,6 +321,7 @@ class SimWorker:
                 # out the unchanged ones answers (decided by the epoch, not the rng: seeds keep their runs).
                 action.request.accept_unchanged_omitted = False
             result = run_assignor(services.assignor.assign, action.request)
+            self.sim.assigned(action.group_epoch, action.request)
             if self.slow_compute_ms is not None:
                 duration, self.slow_compute_ms = self.slow_compute_ms, None
             else:

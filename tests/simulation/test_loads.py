@@ -89,6 +89,16 @@ def test_a_seed_without_loads_is_the_scenario_it_was() -> None:
         assert Scenario.from_token(on.token()) == on
 
 
+def test_load_balanced_without_loads_is_held_to_incremental_cooperatives_rack_rule() -> None:
+    """Found by the first load soak (seed 3227, the checker's own bug): a target computed before any
+    load was known is incremental-cooperative's answer, whose count balance may leave no room for
+    the spread over unequal racks (two workers in r1, one in r2; 4 tasks of b and of c need two each
+    in r2, whose one worker holds 3) -- held to the any-racks rule only with loads known."""
+    result = run_scenario(generate(3227, loads=True))
+    assert result.ok, reproduction(result)
+    assert result.stats.rack_checks >= 1
+
+
 def test_the_bump_bound_is_the_property_tests() -> None:
     s = generate(1, loads=True)
     assert s.loads is not None
