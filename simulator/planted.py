@@ -20,6 +20,7 @@ from services.coordinator.core.records import CurrentAssignmentValue, MemberStat
 from services.coordinator.core.state import LoadWatch
 from services.coordinator.runtime.machine import CoordinatorMachine
 from services.storage import leases as leases_module
+from worker_sdk import LoadTable, Member
 
 
 @contextlib.contextmanager
@@ -176,6 +177,20 @@ def assignor_ignores_racks() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def report_unowned_loads() -> Iterator[None]:
+    """The worker SDK keeps the loads of the items it stops and reports its whole table, not only
+    what its member owns: the coordinator refuses the report (INVALID_REQUEST naming item_loads)."""
+    original = Member._load_report
+
+    def load_report(self: Member, now_ms: int) -> dict[Any, float] | None:
+        report = original(self, now_ms)
+        return None if report is None else self.loads.snapshot()
+
+    with _patch(LoadTable, "discard", lambda self, items: None), _patch(Member, "_load_report", load_report):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
@@ -187,6 +202,7 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "downgrade-releasing-held": downgrade_releasing_held,
     "ignore-futile-load-bumps": ignore_futile_load_bumps,
     "assignor-ignores-racks": assignor_ignores_racks,
+    "report-unowned-loads": report_unowned_loads,
 }
 
 

@@ -33,7 +33,7 @@ EXPECTED = {
 # test_migration.py runs them over those seeds, and shrinks a reproduction.
 MIGRATION_PLANTS = {"upgrade-without-assignments", "downgrade-releasing-held"}
 # The load plants show only in load scenarios: tests/simulation/test_loads.py runs them over those.
-LOAD_PLANTS = {"ignore-futile-load-bumps", "assignor-ignores-racks"}
+LOAD_PLANTS = {"ignore-futile-load-bumps", "assignor-ignores-racks", "report-unowned-loads"}
 
 
 def test_every_plant_is_proven() -> None:
