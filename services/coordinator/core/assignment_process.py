@@ -442,13 +442,23 @@ class AssignmentProcess(CoreBase):
         `load_imbalance` bump when the assignor's goal has been missed for a cooldown (see there)."""
         watch = group.load_watch
         if not group.members or group.classic is not None or not loads.has_loads(group):
-            watch.since_ms, watch.ratio = None, 0.0
+            watch.since_ms, watch.ratio, watch.logged_ratio = None, 0.0, None
             return False  # not re-armed: the next stored load report arms it
         ratio, _, cooldown = load_settings(self.group_configs(group))
         members = loads.group_loads(group)
         watch.ratio = loads.load_ratio(members)
         self.timer.schedule(key, now + loads.sample_period_ms(cooldown))
-        if not loads.imbalanced(members, ratio):
+        missed = loads.imbalanced(members, ratio)
+        if loads.sample_logged(watch, missed, self.config.load_report_threshold):
+            sink.event(
+                group,
+                EventType.LOAD_SAMPLED,
+                load_ratio=round(watch.ratio, 4),
+                goal=ratio,
+                members=len(members),
+                members_with_load=loads.members_with_load(members),
+            )
+        if not missed:
             watch.since_ms = None
             return False
         if watch.since_ms is None:

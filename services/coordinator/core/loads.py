@@ -12,7 +12,11 @@ The watch: a LOAD timer per group samples the group's ratio while loads are know
 stays beyond the ratio (the assignor's goal, `services.assignor.within_ratio`) through samples that
 span the cooldown, the group is Stable, the last `load_imbalance` bump is a cooldown old and the
 target computed for it moved something, the epoch is bumped with reason `load_imbalance` -- only
-for a group whose assignor is `load-balanced`.
+for a group whose assignor is `load-balanced`. A sample is also logged (`load_sampled`, with the
+ratio, the goal and how many members carry load) when it is the watch's first, when the ratio moved
+by more than the report threshold since the last logged one, or when it crossed the goal: the
+analytics job's ratio over time, a bounded number of writes (nothing on the heartbeat path; a group
+without loads is not sampled, so never logs it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from connect.coordinator.v1 import common_pb2, coordinator_pb2
 from services.assignor import LOAD_BALANCED, within_ratio
 from services.coordinator.core.errors import clip, invalid
 from services.coordinator.core.records import MemberMetadataValue
-from services.coordinator.core.state import Group, Member
+from services.coordinator.core.state import Group, LoadWatch, Member
 
 # (connector, task), task -1 for the connector itself: a stored report's and the group's keys.
 LoadKey = tuple[str, int]
@@ -176,3 +180,19 @@ def watched(group: Group, assignor: str) -> bool:
 def sample_period_ms(cooldown_ms: int) -> int:
     """How often the watch samples a group with loads: four times per cooldown (at least every 100 ms)."""
     return max(MIN_SAMPLE_MS, cooldown_ms // 4)
+
+
+def sample_logged(watch: LoadWatch, missed: bool, threshold: float) -> bool:
+    """Whether the sample just taken (`watch.ratio`; `missed`: the goal is missed) goes to the event
+    log: the watch's first, a ratio moved by more than `threshold` (relative) since the last logged
+    sample, or the goal crossed either way. A logged sample is remembered."""
+    last = watch.logged_ratio
+    if last is not None and missed == watch.logged_missed and abs(watch.ratio - last) <= threshold * max(last, 1e-12):
+        return False
+    watch.logged_ratio, watch.logged_missed = watch.ratio, missed
+    return True
+
+
+def members_with_load(loads: Mapping[str, tuple[float, float, int]]) -> int:
+    """How many of the members carry some load (a `load_sampled` event's detail)."""
+    return sum(1 for load, _, _ in loads.values() if load > 0)

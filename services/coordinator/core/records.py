@@ -473,3 +473,7 @@ class EventType(enum.StrEnum):
     # and the epoch, the members converted.
     GROUP_UPGRADED = "group_upgraded"
     GROUP_DOWNGRADED = "group_downgraded"
+    # SPEC §13: the load watch sampled a group with loads and the ratio moved by more than the report
+    # threshold since the last logged sample, crossed the goal, or is the watch's first; details:
+    # load_ratio, goal, members, members_with_load (the analytics job's ratio over time).
+    LOAD_SAMPLED = "load_sampled"
