@@ -303,3 +303,17 @@ def described_with_a() -> admin_pb2.DescribeGroupsResponse:
     group = described.groups.add(group_id="g", config_offset=1)
     group.connectors.add(name="A", task_count=0)
     return described
+
+
+def test_a_classic_member_that_missed_the_upgrade_keeps_its_work_held_while_its_join_may_wait() -> None:
+    """Found by the 20,000-scenario soak (mixed seed 7269; `a-cross`): a classic worker whose last
+    JoinGroup answer named a leader (the group was classic then) was told to rejoin after the
+    upgrade; its JoinGroup was lost. To it the call looked parked -- a classic coordinator keeps a
+    waiting member alive -- so it ran its task on until the call timed out (its rebalance timeout
+    plus the join margin), while the `connect` group fenced it for the missed rejoin and released
+    the task when its session would have expired, to the `connect` worker waiting for it. Now a
+    removed classic member's work is held for its rebalance timeout and Kafka's JoinGroup lapse
+    beyond its session."""
+    result = run_scenario(generate(7269, protocol=MIXED))
+    assert result.ok, result.violation
+    assert result.stats.held >= 1 and result.stats.upgrades >= 1, result.stats

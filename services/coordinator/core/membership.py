@@ -58,6 +58,23 @@ def _classic_member_error(group_id: str, member: Member) -> ApiError:
     )
 
 
+# Kafka's classic client times its JoinGroup / SyncGroup out at the rebalance timeout plus this
+# (AbstractCoordinator's JOIN_GROUP_TIMEOUT_LAPSE; the worker SDK's ClassicConfig.join_margin_ms default).
+CLASSIC_JOIN_TIMEOUT_LAPSE_MS = 5_000
+
+
+def _release_at(member: Member) -> int:
+    """Until when a removed member may still run its work. A `connect` worker stops by its session
+    (the SDK's session-safety stop). A classic worker may not know the group became a `connect`
+    group (its last JoinGroup answer named a leader): a JoinGroup / SyncGroup of its that was lost
+    looks parked to it -- a classic coordinator keeps a waiting member alive -- so it runs on until
+    that call times out: sent before its session ran out, plus its rebalance timeout and the lapse
+    (SPEC §12 rule 6; found by the simulator, mixed seed 7269)."""
+    if member.meta.is_classic:
+        return member.session_deadline_ms + member.meta.rebalance_timeout_ms + CLASSIC_JOIN_TIMEOUT_LAPSE_MS
+    return member.session_deadline_ms
+
+
 # The fields a steady-state heartbeat sets (besides request_sequence).
 _STEADY_FIELDS = frozenset(("group_id", "member_id", "member_epoch"))
 
@@ -615,7 +632,7 @@ class Membership(CoreBase):
         items stay blocked until its session would have expired -- the worker SDK stops by then."""
         gid, mid = group.group_id, member.member_id
         owned = member.owned
-        release_at = member.session_deadline_ms
+        release_at = _release_at(member)
         self._drop_member(sink, group, member)
         if hold and owned and release_at > now:
             held = group.held.get(mid, EMPTY) | owned
@@ -645,7 +662,9 @@ class Membership(CoreBase):
     def _on_session_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
         member = group.members.get(key.member_id)
         if member is not None and member.session_deadline_ms <= now:
-            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_EXPIRED, hold=False)
+            # A classic worker may still wait in a JoinGroup it believes parked: its work is held.
+            hold = member.meta.is_classic
+            self._remove_member(sink, group, member, now, reason=EventType.MEMBER_EXPIRED, hold=hold)
         return False
 
     def _on_revocation_deadline(self, sink: Sink, group: Group, key: TimerKey, now: int) -> bool:
