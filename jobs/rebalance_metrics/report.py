@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no external script, font or CDN).
 
 Charts: the epoch timeline of the busiest groups, the time-to-stable distribution, downtime per
-connector (stacked by cause), moves per rebalance; then the per-group summary and the data-quality
+connector (stacked by cause), moves per rebalance, the load ratio over time (groups with loads);
+then the per-group summary and the data-quality
 counts. Spark aggregates; only the small aggregated results come to the driver to be drawn.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ TOP_CONNECTORS = 20
 # Time-to-stable buckets (upper bounds, ms), then "more".
 TTS_BUCKETS = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000)
 MOVES_MAX = 20
+LOAD_GROUPS = 6  # the load ratio chart: the groups with the highest ratio seen
+LOAD_SAMPLES = 500  # (their last samples each)
 SLOWEST = 15
 PLANNED_COLORS = {"planned": "#59a14f", "unplanned": "#e15759"}
 COMPARE_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
@@ -82,6 +86,16 @@ def _chart(chart_id: str, title: str, content: str, note: str = "") -> str:
     )
 
 
+def _time_axis(body: list[str], x: Callable[[int], float], t0: int, span: int, mid: float, height: int) -> None:
+    """A time axis at the bottom of a chart: its title and the first, middle and last times (UTC)."""
+    body.append(f'<text x="{mid:.1f}" y="{height - 6}" text-anchor="middle">time (UTC)</text>')
+    for frac in (0, 0.5, 1):
+        t = t0 + int(span * frac)
+        label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%m-%d %H:%M:%S")
+        anchor = "start" if frac == 0 else ("end" if frac == 1 else "middle")
+        body.append(f'<text x="{x(t):.1f}" y="{height - 24}" text-anchor="{anchor}">{label} UTC</text>')
+
+
 def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
     """One lane per group: each epoch a bar from its bump to stable (green), to the next bump when
     superseded (orange), or open (grey)."""
@@ -113,16 +127,58 @@ def timeline_svg(lanes: dict[str, list[dict[str, Any]]]) -> str:
                 f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(x1 - x0, 1.5):.1f}" height="14" fill="{color}" '
                 f'stroke="#fff" stroke-width="0.5"><title>{_esc(tip)}</title></rect>'
             )
-    y = height - 24
-    body.append(f'<text x="{(left + width) / 2:.1f}" y="{height - 6}" text-anchor="middle">time (UTC)</text>')
-    for frac in (0, 0.5, 1):
-        t = t0 + int(span * frac)
-        label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%m-%d %H:%M:%S")
-        anchor = "start" if frac == 0 else ("end" if frac == 1 else "middle")
-        body.append(f'<text x="{x(t):.1f}" y="{y}" text-anchor="{anchor}">{label} UTC</text>')
+    _time_axis(body, x, t0, span, (left + width) / 2, height)
     return _legend({"stable": "#59a14f", "superseded": "#f28e2b", "not yet stable": "#bab0ac"}) + _svg(
         width, height, body, "epoch timeline per group"
     )
+
+
+def load_svg(lines: dict[str, list[tuple[int, float]]], goals: dict[str, float]) -> str:
+    """The load ratio (max over mean of load / capacity) over time, one line per group, and each
+    group's goal dashed (SPEC §13)."""
+    left, width, height, top, bottom = 56, 860, 260, 10, 44
+    t0 = min(t for pts in lines.values() for t, _ in pts)
+    t1 = max(t for pts in lines.values() for t, _ in pts)
+    span = max(t1 - t0, 1)
+    vals = [r for pts in lines.values() for _, r in pts] + [g for g in goals.values() if g is not None]
+    y_max = max(max(vals) * 1.1, 1.2)
+
+    def x(t: int) -> float:
+        return left + (t - t0) / span * (width - left - 10)
+
+    def y(r: float) -> float:
+        return top + (1 - r / y_max) * (height - top - bottom)
+
+    colors = {g: COMPARE_COLORS[i % len(COMPARE_COLORS)] for i, g in enumerate(sorted(lines))}
+    body = [f'<line x1="{left}" x2="{left}" y1="{top}" y2="{y(0):.1f}" stroke="#999"/>']
+    for frac in (0, 0.25, 0.5, 0.75, 1):
+        r = y_max * frac
+        body.append(f'<text x="{left - 4}" y="{y(r) + 4:.1f}" text-anchor="end">{r:.2f}</text>')
+        body.append(f'<line x1="{left}" x2="{width - 10}" y1="{y(r):.1f}" y2="{y(r):.1f}" stroke="#eee"/>')
+    for gid, pts in sorted(lines.items()):
+        c = colors[gid]
+        goal = goals.get(gid)
+        if goal is not None:
+            body.append(
+                f'<line x1="{left}" x2="{width - 10}" y1="{y(goal):.1f}" y2="{y(goal):.1f}" stroke="{c}" '
+                f'stroke-dasharray="4 3"><title>{_esc(gid)}: goal {goal:g}</title></line>'
+            )
+        # A step line: the ratio holds until the next logged sample (samples are logged on change).
+        path = [(x(pts[0][0]), y(pts[0][1]))]
+        for (_, r0), (t, r) in itertools.pairwise(pts):
+            path += [(x(t), y(r0)), (x(t), y(r))]
+        path.append((x(t1), path[-1][1]))
+        coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in path)
+        body.append(
+            f'<polyline points="{coords}" fill="none" stroke="{c}" stroke-width="1.5">'
+            f"<title>{_esc(gid)}: {len(pts)} samples, last {pts[-1][1]:g}</title></polyline>"
+        )
+    body.append(
+        f'<text x="12" y="{(top + height - bottom) / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 12 {(top + height - bottom) / 2:.1f})">load ratio (max / mean)</text>'
+    )
+    _time_axis(body, x, t0, span, (left + width) / 2, height)
+    return _legend(colors) + _svg(width, height, body, "load ratio over time per group")
 
 
 def hbars_svg(
@@ -223,6 +279,7 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
     dtm = read_table(spark, out, "item_downtime")
     gs = read_table(spark, out, "group_summary")
     dq = read_table(spark, out, "data_quality")
+    gl = read_table(spark, out, "group_load")
 
     busiest = [
         r["group_id"]
@@ -315,6 +372,30 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
         .orderBy(F.desc("planned"), "cause")
         .collect()
     )
+    load_top = [
+        r["group_id"]
+        for r in gl.groupBy("group_id")
+        .agg(F.max("load_ratio").alias("mx"))
+        .orderBy(F.desc("mx"), "group_id")
+        .limit(LOAD_GROUPS)
+        .collect()
+    ]
+    load_lines: dict[str, list[tuple[int, float]]] = {g: [] for g in load_top}
+    load_goals: dict[str, float] = {}
+    if load_top:
+        from pyspark.sql import Window
+
+        last = Window.partitionBy("group_id").orderBy(F.desc("time"))
+        for r in (
+            gl.filter(F.col("group_id").isin(load_top))
+            .withColumn("rank", F.row_number().over(last))
+            .filter(F.col("rank") <= LOAD_SAMPLES)
+            .orderBy("group_id", "time")
+            .collect()
+        ):
+            load_lines[r["group_id"]].append((r["time"], r["load_ratio"]))
+            if r["goal"] is not None:
+                load_goals[r["group_id"]] = r["goal"]
     totals = ge.agg(
         F.count("*").alias("epochs"), F.min("bumped_at").alias("t0"), F.max("bumped_at").alias("t1")
     ).first()
@@ -329,6 +410,7 @@ def collect(spark: SparkSession, out: Path) -> dict[str, Any]:
         "slowest": slowest(ge, dtm),
         "planned": [(r["group_id"], float(r["planned"] or 0), float(r["unplanned"] or 0)) for r in planned],
         "by_cause": [(r["planned"], r["cause"], r["intervals"], r["ms"]) for r in by_cause],
+        "load": (load_lines, load_goals),
     }
 
 
@@ -495,6 +577,18 @@ def render(data: dict[str, Any], generated_at: dt.datetime | None = None) -> str
             "unplanned: members lost (session expired, fenced)",
         ),
     ]
+    load_lines, load_goals = data.get("load", ({}, {}))
+    if load_lines:  # only when some group reports loads
+        charts.append(
+            _chart(
+                "load-ratio",
+                "Load ratio over time per group (max over mean of load / capacity)",
+                load_svg(load_lines, load_goals),
+                f"the {LOAD_GROUPS} groups with the highest ratio (their last {LOAD_SAMPLES} logged samples); "
+                "dashed: the group's goal (load.balance.ratio); the coordinator logs a sample when the ratio "
+                "moved by more than the report threshold or crossed the goal",
+            )
+        )
     slow_rows = [
         (
             r["group_id"],

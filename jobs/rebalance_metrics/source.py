@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from jobs.rebalance_metrics.transform import EVENTS_SCHEMA, TYPED_COLUMNS
+from services.coordinator.core.records import EventType
 
 JAR_DIRS = (Path("/usr/share/java"),)
 JARS = {
@@ -136,12 +137,13 @@ def table_columns(spark: SparkSession, db: Database) -> set[str]:
 
 def _select_list(present: set[str]) -> str:
     """The columns to read: the typed ones the table has (else NULL), and `details` only for rows
-    without them (rows the coordinator wrote with typed columns need no JSON)."""
+    without them (rows the coordinator wrote with typed columns need no JSON) and for the load
+    watch's samples (few rows, whose ratio is not among the typed columns: transform.UNTYPED_DETAILS)."""
     typed = [c if c in present else f"NULL AS {c}" for c in TYPED_COLUMNS]
     # CAST: PostgreSQL's json and SQLite's JSON-as-text both arrive as a string.
     details = "CAST(details AS TEXT)"
     if "columns_version" in present:
-        details = f"CASE WHEN columns_version IS NULL THEN {details} END"
+        details = f"CASE WHEN columns_version IS NULL OR event = '{EventType.LOAD_SAMPLED}' THEN {details} END"
     return f"{COLUMNS}, {details} AS details, {', '.join(typed)}"
 
 

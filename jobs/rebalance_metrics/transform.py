@@ -42,9 +42,15 @@ DETAILS_SCHEMA = T.StructType(
         T.StructField("url", T.StringType()),
         T.StructField("previous", T.LongType()),
         T.StructField("members", T.LongType()),
+        # load_sampled (SPEC §13): not among the typed columns, read from `details` in every row.
+        T.StructField("load_ratio", T.DoubleType()),
+        T.StructField("goal", T.DoubleType()),
+        T.StructField("members_with_load", T.LongType()),
         T.StructField("_corrupt", T.StringType()),
     ]
 )
+# The details fields a row with typed columns still keeps in `details` only.
+UNTYPED_DETAILS = ("load_ratio", "goal", "members_with_load")
 
 # The input: rebalance_events as read (JDBC) or built (tests).
 EVENTS_SCHEMA = T.StructType(
@@ -143,6 +149,20 @@ OUTPUT_SCHEMAS: dict[str, T.StructType] = {
         ("unplanned_task_downtime_s", D),
         ("upgrades", L),
         ("downgrades", L),
+        # SPEC §13: the load watch's logged samples (`load_sampled`) in the hour: the last one's
+        # ratio, the highest, how many; null in an hour without one (a group without loads has none).
+        ("load_ratio_last", D),
+        ("load_ratio_max", D),
+        ("load_ratio_samples", L),
+    ),
+    # The ratio over time: one row per logged load sample (max over mean of load / capacity).
+    "group_load": _schema(
+        ("group_id", S),
+        ("time", L),
+        ("load_ratio", D),
+        ("goal", D),
+        ("members", L),
+        ("members_with_load", L),
     ),
     # Bad input, counted: unknown_event_type, malformed_details, clock_backwards,
     # group_deleted_mid_rebalance, items_not_named (an event that moves work without naming its items).
@@ -155,6 +175,7 @@ ANCHORS = {
     # (the event that stopped the item: for a lost member, its loss, a little after its last heartbeat)
     "item_downtime": "opened_t",
     "group_summary": "hour",
+    "group_load": "time",
 }
 HOUR_MS = 3_600_000
 
@@ -238,7 +259,10 @@ def _typed_details() -> Column:
     """The details of a row with typed columns, as the parsed JSON would give them."""
     fields = []
     for f in DETAILS_SCHEMA.fields:
-        c = F.col(f.name) if f.name != "_corrupt" else F.lit(None)
+        if f.name in UNTYPED_DETAILS:
+            c = F.get_json_object(F.col("details"), f"$.{f.name}")
+        else:
+            c = F.col(f.name) if f.name != "_corrupt" else F.lit(None)
         if f.name in ITEM_LISTS:
             c = F.when(c == "", F.array().cast(f.dataType)).otherwise(F.split(c, "\n"))
         fields.append(c.cast(f.dataType).alias(f.name))
@@ -576,6 +600,7 @@ def revocations(ev: DataFrame) -> DataFrame:
 # Checks seen on one event (data_quality), in order; group_deleted_mid_rebalance is found by the epochs.
 EVENT_CHECKS = ("unknown_event_type", "malformed_details", "clock_backwards", "items_not_named")
 COUNTED = ("rebalances", "epochs", "joins", "leaves", "fences", "expiries", "upgrades", "downgrades")
+LOAD_COLUMNS = ("load_ratio_last", "load_ratio_max", "load_ratio_samples")
 
 
 def _hour(ms: Column) -> Column:
@@ -627,6 +652,9 @@ def hourly(ev: DataFrame) -> DataFrame:
     def count(cond: Column) -> Column:
         return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
 
+    ratio = F.col("d.load_ratio")
+    sampled = _sampled()
+
     return ev.groupBy("group_id", _hour(F.col("t")).alias("hour")).agg(
         count(known).alias("known_events"),
         *(count(known & cond).alias(name) for name, cond in counted.items()),
@@ -639,16 +667,36 @@ def hourly(ev: DataFrame) -> DataFrame:
                 ("last", F.max(F.when(cond, F.col("id")))),
             )
         ),
+        F.max(F.when(sampled, F.struct("id", ratio.alias("r")))).getField("r").alias("load_ratio_last"),
+        F.max(F.when(sampled, ratio)).alias("load_ratio_max"),
+        F.count(F.when(sampled, 1)).alias("load_ratio_samples"),
         F.min("id").alias("first_id"),
         F.max("id").alias("last_id"),
         F.max("t").alias("last_t"),
     )
 
 
+def _sampled() -> Column:
+    """A load watch's logged sample with its ratio (SPEC §13)."""
+    return F.col("known") & (F.col("event") == EventType.LOAD_SAMPLED) & F.col("d.load_ratio").isNotNull()
+
+
+def group_load(ev: DataFrame) -> DataFrame:
+    """The ratio over time: one row per logged load sample."""
+    return ev.filter(_sampled()).select(
+        "group_id",
+        F.col("t").alias("time"),
+        F.col("d.load_ratio").alias("load_ratio"),
+        F.col("d.goal").alias("goal"),
+        F.col("d.members").alias("members"),
+        F.col("d.members_with_load").alias("members_with_load"),
+    )
+
+
 def summary(hr: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
     # An hour of a group is in the summary when a known event happened in it (or an epoch began, or
     # task downtime started in it).
-    counts = hr.filter(F.col("known_events") > 0).select("group_id", "hour", *COUNTED)
+    counts = hr.filter(F.col("known_events") > 0).select("group_id", "hour", *COUNTED, *LOAD_COLUMNS)
     tts = F.col("time_to_stable_ms")
     stab = (
         ge.withColumn("hour", _hour(F.col("bumped_at")))
@@ -683,6 +731,8 @@ def summary(hr: DataFrame, ge: DataFrame, dt: DataFrame) -> DataFrame:
         F.coalesce(F.col("moved"), zero).cast("long").alias("moved_items"),
         (F.coalesce(F.col("planned_ms"), zero) / F.lit(1000.0)).alias("planned_task_downtime_s"),
         (F.coalesce(F.col("unplanned_ms"), zero) / F.lit(1000.0)).alias("unplanned_task_downtime_s"),
+        *(F.col(c) for c in LOAD_COLUMNS[:2]),
+        F.when(F.col("load_ratio_samples") > 0, F.col("load_ratio_samples")).alias("load_ratio_samples"),
     )
 
 
@@ -763,6 +813,7 @@ def compute(raw: DataFrame, earlier_members: DataFrame | None = None) -> Outputs
             _who(_who(dt, directory, "from_member_id", "from"), directory, "to_member_id", "to"), "item_downtime"
         ),
         "group_summary": public(gs, "group_summary"),
+        "group_load": public(group_load(ev), "group_load"),
         "data_quality": dq.select(
             *(F.col(f.name).cast(f.dataType) for f in OUTPUT_SCHEMAS["data_quality"].fields), "date"
         ),

@@ -8,6 +8,8 @@
 - `simulator_scenarios(seeds)`: the simulator's seeded scenarios (real core, SDK, assignors, storage,
   with crashes and network faults); each one's log under its own group-id prefix.
 - `bad_rows()`: the bad input the job must count, not crash on (written as rows, on purpose).
+- `load_rows()`: a group with loads (SPEC §13), as the load watch logs it: `load_sampled` events
+  over two hours, its ratio falling under the goal after a `load_imbalance` rebalance.
 """
 
 from __future__ import annotations
@@ -179,6 +181,26 @@ def bad_rows(t: int) -> list[RebalanceEvent]:
     ]
 
 
+def load_rows(t: int) -> list[RebalanceEvent]:
+    """A skewed group's logged load samples (the ratio over time), written as the core writes them."""
+
+    def sample(at: int, ratio: float, with_load: int = 3) -> RebalanceEvent:
+        details = {"load_ratio": ratio, "goal": 1.1, "members": 3, "members_with_load": with_load}
+        return RebalanceEvent("loaded", at, "load_sampled", group_epoch=1, assignment_epoch=1, details=details)
+
+    return [
+        RebalanceEvent("loaded", t, "group_created"),
+        sample(t + 75_000, 2.5),
+        sample(t + 300_000, 2.5 * 0.8, 2),
+        RebalanceEvent(
+            "loaded", t + 375_000, "group_epoch_bumped", "L1", 2, 1, details={"reason": "load_imbalance", "goal": 1.1}
+        ),
+        sample(t + 450_000, 1.05),
+        sample(t + 3_600_000 + 150_000, 1.3),  # the next hour: a load changed
+        sample(t + 3_600_000 + 600_000, 1),  # (an integer in the JSON)
+    ]
+
+
 def write_events(url: str, events: list[RebalanceEvent]) -> None:
     """Append events to the database's rebalance_events (migrating it first) in order."""
     with Storage(url) as storage:
@@ -206,8 +228,10 @@ def read_rows(url: str) -> list[dict[str, Any]]:
 
 __all__ = [
     "LONG_CONNECTOR",
+    "T0",
     "bad_rows",
     "items",
+    "load_rows",
     "read_rows",
     "seed_case_studies",
     "simulator_scenarios",

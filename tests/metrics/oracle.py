@@ -42,6 +42,7 @@ KNOWN = {
     "classic_assignment_installed",
     "group_upgraded",
     "group_downgraded",
+    "load_sampled",
 }
 JOINS = ("member_joined", "static_member_replaced")
 LISTS = ("connectors", "tasks", "removed_connectors", "removed_tasks")
@@ -116,6 +117,7 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
     revocations: list[dict[str, Any]] = []
     counts: dict[tuple[str, int], dict[str, int]] = {}
     quality: list[tuple[str, int, int]] = []  # (check, id, t)
+    group_load: list[dict[str, Any]] = []  # the load watch's logged samples, in id order
     # Who each member is: its last join (in the whole log), for instance ids and URLs.
     who: dict[tuple[str, str], tuple[str | None, str | None]] = {}
     for r in sorted(rows, key=lambda r: r["id"]):
@@ -168,6 +170,22 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
         c["leaves"] += ev == "member_left" and not d.get("temporary")
         c["fences"] += ev == "member_fenced"
         c["expiries"] += ev == "member_expired"
+        ratio = d.get("load_ratio")
+        if ev == "load_sampled" and isinstance(ratio, int | float) and not isinstance(ratio, bool):
+
+            def num(k: str, cast: Any, d: dict[str, Any] = d) -> Any:
+                return cast(d[k]) if d.get(k) is not None else None
+
+            group_load.append(
+                {
+                    "group_id": gid,
+                    "time": t,
+                    "load_ratio": float(ratio),
+                    "goal": num("goal", float),
+                    "members": num("members", int),
+                    "members_with_load": num("members_with_load", int),
+                }
+            )
 
         def named(prefix: str = "", d: dict[str, Any] = d) -> list[tuple[bool, str]]:
             return [(False, x) for x in d.get(prefix + "connectors") or []] + [
@@ -404,9 +422,13 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
         s = sorted(values)
         return s[max(math.ceil(p * len(s)) - 1, 0)]
 
+    samples: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for x in group_load:
+        samples[(x["group_id"], x["time"] // HOUR * HOUR)].append(x["load_ratio"])
     summary = []
     for h in by_hour.values():
         c = h["counts"]
+        ratios = samples.get((h["group_id"], h["hour"]), [])
         summary.append(
             {
                 "group_id": h["group_id"],
@@ -422,6 +444,9 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
                 "moved_items": h["moved"],
                 "planned_task_downtime_s": h["planned_ms"] / 1000.0,
                 "unplanned_task_downtime_s": (h["down_ms"] - h["planned_ms"]) / 1000.0,
+                "load_ratio_last": ratios[-1] if ratios else None,
+                "load_ratio_max": max(ratios) if ratios else None,
+                "load_ratio_samples": len(ratios) or None,
             }
         )
 
@@ -443,5 +468,6 @@ def oracle(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:  # no
         "member_revocations": revocations,
         "item_downtime": downtime,
         "group_summary": summary,
+        "group_load": group_load,
         "data_quality": data_quality,
     }

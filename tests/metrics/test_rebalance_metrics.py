@@ -23,7 +23,15 @@ from jobs.rebalance_metrics.transform import OUTPUT_SCHEMAS
 from services.coordinator.core.records import RebalanceEvent
 from services.storage import Storage
 from tests.fixtures.spark import QUICK_JIT
-from tests.metrics.logs import bad_rows, read_rows, seed_case_studies, simulator_scenarios, write_events
+from tests.metrics.logs import (
+    T0,
+    bad_rows,
+    load_rows,
+    read_rows,
+    seed_case_studies,
+    simulator_scenarios,
+    write_events,
+)
 from tests.metrics.oracle import oracle
 from tests.metrics.standalone import REPO, SPARK_BIN, standalone_cluster
 
@@ -33,7 +41,7 @@ TABLES = tuple(OUTPUT_SCHEMAS)
 @pytest.fixture(scope="module")
 def events() -> list[RebalanceEvent]:
     evs = seed_case_studies() + simulator_scenarios([3, 11, 42]) + simulator_scenarios([5, 11], protocol="classic")
-    return evs + bad_rows(max(e.time_ms for e in evs) + 1_000)
+    return evs + load_rows(T0 + 60_000) + bad_rows(max(e.time_ms for e in evs) + 1_000)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +81,18 @@ def test_every_table_matches_the_oracle_over_sqlite(spark: SparkSession, sqlite_
     assert_matches_oracle(spark, sqlite_run, sqlite_url)
 
     got = actual(spark, sqlite_run)
+    # SPEC §13: the hand-made group with loads -- its ratio per hour in group_summary (the last, the
+    # highest, how many samples), every sample in group_load; a group without loads has nulls.
+    hours = got["group_summary"].filter("group_id = 'loaded'").orderBy("hour").collect()
+    assert [(h["load_ratio_last"], h["load_ratio_max"], h["load_ratio_samples"]) for h in hours] == [
+        (1.05, 2.5, 3),
+        (1.0, 1.3, 2),
+    ]
+    samples = got["group_load"].filter("group_id = 'loaded'").orderBy("time").collect()
+    assert [r["load_ratio"] for r in samples] == [2.5, 2.0, 1.05, 1.3, 1.0]
+    assert {(r["goal"], r["members"]) for r in samples} == {(1.1, 3)} and samples[1]["members_with_load"] == 2
+    plain = got["group_summary"].filter("group_id = 'g'").collect()
+    assert plain and all(r["load_ratio_max"] is None and r["load_ratio_samples"] is None for r in plain)
     # Seed 001's killed worker W2: each of its items was down from its last successful heartbeat
     # until the delayed rebalance handed it to another worker.
     rows = read_rows(sqlite_url)
@@ -290,6 +310,10 @@ def test_the_report_renders_in_headless_chromium(
     assert "member_joined" in slow.group(0) or "member_left" in slow.group(0)
     urls = {r["details"].get("url") for r in read_rows(sqlite_url) if r["event"] == "member_joined"} - {None}
     assert any(u in slow.group(0) for u in urls), urls
+    # SPEC §13: the load ratio over time, drawn for the groups with loads (the hand-made `loaded`).
+    load = re.search(r'<section class="chart" id="load-ratio".*?</section>', dom, re.S)
+    assert load is not None and "<polyline" in load.group(0) and "loaded" in load.group(0)
+    assert "load ratio (max / mean)" in load.group(0) and "time (UTC)" in load.group(0)
     # Long connector names are not cut off.
     assert "connect-metrics-a-very-long-connector-name-that-goes-on-and-on" in dom
 
