@@ -317,3 +317,15 @@ def test_a_classic_member_that_missed_the_upgrade_keeps_its_work_held_while_its_
     result = run_scenario(generate(7269, protocol=MIXED))
     assert result.ok, result.violation
     assert result.stats.held >= 1 and result.stats.upgrades >= 1, result.stats
+
+
+def test_a_downgrade_holds_what_a_member_still_revokes_not_only_its_target() -> None:
+    """Found by the 20,000-scenario soak (mixed seed 12112; `a-cross`): an eager classic worker in an
+    upgraded group was told to give a task to the `connect` worker that had just joined; before it
+    confirmed, that worker left, and the downgrade stored each member's *target* as its classic
+    assignment. The worker still ran the task; the next upgrade (the same worker back on `connect`)
+    counted the task as no one's and handed it out. Now the downgrade stores what each member may
+    run (its assignment and what it is still revoking)."""
+    result = run_scenario(generate(12112, protocol=MIXED))
+    assert result.ok, result.violation
+    assert result.stats.upgrades >= 2 and result.stats.downgrades >= 1, result.stats

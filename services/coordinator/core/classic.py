@@ -1429,7 +1429,8 @@ class ClassicGroups(CoreBase):
         """SPEC §12 rule 4 (Kafka's convertToClassicGroup): a `connect` group whose members all use the
         classic protocol becomes classic when its policy allows it and no fenced member's work is
         held (else it waits for the release: a classic leader would give that work away): generation
-        = the group epoch, each member holds its target assignment, then a classic rebalance starts."""
+        = the group epoch, each member holds what it may run (its target once reconciled), then a
+        classic rebalance starts."""
         if not group.members or group.classic_members != len(group.members) or group.classic is not None:
             return
         if self._downgrade_refusal(group) is not None:
@@ -1440,7 +1441,13 @@ class ClassicGroups(CoreBase):
         self.timer.cancel(TimerKey(TimerKind.SCHEDULED, gid))
         self.timer.cancel(TimerKey(TimerKind.ASSIGNMENT, gid))
         members = sorted(group.members.values(), key=lambda m: (m.meta.joined_ms, m.member_id))
-        targets = {m.member_id: group.target_of(m.member_id) for m in members}
+        # What each member may run (its assignment and what it is still revoking), not its target:
+        # a member that has not confirmed a revocation still runs those items, and the classic
+        # record is what a later upgrade counts as its own (simulator seed 12112 --protocol mixed:
+        # held at its target, an eager member's revoked task was counted as no one's by the next
+        # upgrade and handed out while it ran). Items targeted to it but not yet released stay
+        # with their owner.
+        targets = {m.member_id: m.owned for m in members}
         for m in members:
             self._drop_member(sink, group, m)
         for mid in sorted(group.target_members):
