@@ -35,7 +35,9 @@ Figures per (mode, scenario), over the scenario's window (trigger .. stable + QU
                      window's epochs' stable_at and its items' started_at.
 Source `job`: `job.run` over the mode's database (one Spark session for the whole run), then its
 item_downtime and group_epochs rows in the window. Source `status`: the sampled status files (a
-SIGKILLed or exited worker runs nothing). They must agree within TOLERANCE (see `agree`).
+SIGKILLed or exited worker runs nothing; each file's `stopped_items` counters catch a stop and
+restart, or a hand-over, between two samples -- such an item's downtime, under one sampling
+interval, is not counted). They must agree within TOLERANCE (see `agree`).
 """
 
 from __future__ import annotations
@@ -245,6 +247,9 @@ class SlotView:
     settled: bool = False  # stable, nothing pending, runs what it was assigned
     first_write: float | None = None  # the process's first status write (unix s)
     leader: bool = False  # a classic group's leader
+    # item -> times this process stopped it (its status file's `stopped_items`): a stop and restart
+    # between two samples is still counted
+    stopped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -301,7 +306,8 @@ class Sampler:
             self.members[member] = slot
         settled = doc.get("state") == "stable" and not pending and running == assigned
         epoch = int(doc.get("member_epoch") or -1)
-        return SlotView(running, member, epoch, settled, self.first_write[key], bool(doc.get("is_leader")))
+        stopped = {str(k): int(v) for k, v in (doc.get("stopped_items") or {}).items()}
+        return SlotView(running, member, epoch, settled, self.first_write[key], bool(doc.get("is_leader")), stopped)
 
     def sample_now(self) -> None:
         with self.lock:
@@ -540,6 +546,18 @@ def foreign_stops(samples: list[Sample], w: Window) -> tuple[int, int]:
     return stops, foreign
 
 
+def counted_stops(prev: Sample, s: Sample) -> set[str]:
+    """Items a process stopped between two samples by its stop counters -- also a stop and
+    restart that no sample saw."""
+    out: set[str] = set()
+    for slot, view in s.slots.items():
+        before = prev.slots.get(slot)
+        if before is None or before.first_write != view.first_write:
+            continue  # a new process of the slot: its counters start again
+        out.update(item for item, n in view.stopped.items() if n > before.stopped.get(item, 0))
+    return out
+
+
 def status_figures(samples: list[Sample], w: Window) -> Figures:
     """The window's figures from the sampled status files (see the module doc)."""
     # Owners of each item at the trigger (the last sample at or before it).
@@ -561,15 +579,21 @@ def status_figures(samples: list[Sample], w: Window) -> Figures:
     down_s = 0.0
     stopped: set[str] = set()
     moved: set[str] = set()
+    relevant = w.items_after | w.items_before
+    prev = first
     for s in rest:
         now = owners(s)
         for item in set(current) | set(now):
             was, isnow = current.get(item, set()), now.get(item, set())
             if was and not isnow:
-                if item in w.items_after or item in w.items_before:
+                if item in relevant:
                     down_since[item] = s.t
                     stopped.add(item)
-            elif isnow and not was:
+            elif isnow and (not was or was.isdisjoint(isnow)):
+                # Started again -- or handed from one worker to another between two samples (its
+                # downtime then under one sampling interval, not counted).
+                if was and item in relevant:
+                    stopped.add(item)
                 began = down_since.pop(item, None)
                 if began is not None:
                     down_s += s.t - began
@@ -577,7 +601,8 @@ def status_figures(samples: list[Sample], w: Window) -> Figures:
                 if item in last_slot and last_slot[item] != slot:
                     moved.add(item)
                 last_slot[item] = slot
-        current = now
+        stopped |= counted_stops(prev, s) & relevant
+        current, prev = now, s
     for item, began in down_since.items():
         if item in w.items_after:
             down_s += w.end - began

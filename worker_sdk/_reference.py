@@ -86,6 +86,7 @@ class ReferenceWorker:
         self.running: Items = EMPTY
         self.starts = 0
         self.stops = 0
+        self.stopped: dict[str, int] = {}  # item name -> times stopped since the process began
         self._status_seq = 0
         self._last_payload: dict[str, Any] | None = None
         self.started_unix_s: float | None = None  # when run() began: the worker is up
@@ -156,6 +157,9 @@ class ReferenceWorker:
             await asyncio.sleep(self.stop_delay_s)
         self.running -= items
         self.stops += len(items)
+        for key in items.item_keys():
+            name = str(key)
+            self.stopped[name] = self.stopped.get(name, 0) + 1
         self.write_status()
         log.info("%s: stopped %s (%s)", self.name, items, why)
 
@@ -184,6 +188,8 @@ class ReferenceWorker:
             member_running=s["running"],
             starts=self.starts,  # items started and stopped since the process began
             stops=self.stops,
+            # per item (a stop and restart between two reads of the file is still seen)
+            stopped_items=dict(sorted(self.stopped.items())),
             started_unix_s=self.started_unix_s,
         )
         if isinstance(self.client, ConnectWorkerClient):

@@ -178,7 +178,13 @@ def test_a_coordinator_killed_mid_rebalance_comes_back_with_the_generation_and_m
             c = _first_join(stub, "http://c:8083")
             parked = concurrent.futures.ThreadPoolExecutor(1).submit(_join, stub, c, "c")
             admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
-            described = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["cg"]), timeout=10).groups[0]
+            # The parked join is sent from another thread: wait until the coordinator has it (and stored it).
+            deadline = time.monotonic() + 30
+            while True:
+                described = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["cg"]), timeout=10).groups[0]
+                if len(described.members) == 3 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             assert len(described.members) == 3
         proc.kill()
         with pytest.raises(grpc.RpcError):
