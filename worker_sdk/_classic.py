@@ -276,6 +276,8 @@ class ClassicMember:
         self._rebalance: _Rebalance | None = None
         self._events: list[ClassicEvent] = []
         self._follow_up = False  # this leader's last assignment needs a follow-up rebalance
+        # What the last JoinGroup told the leader this worker owns (its allocation).
+        self._claimed: Items = EMPTY
 
     # ---- views ------------------------------------------------------------------------------------
 
@@ -498,8 +500,9 @@ class ClassicMember:
 
     def _join_request(self) -> classic_pb2.JoinGroupRequest:
         allocation = None
+        self._claimed = EMPTY
         if self._synced_once and self.mode != "eager":
-            owned = self.owned
+            owned = self._claimed = self.owned
             allocation = ConnectAssignment(
                 version=mode_version(self.mode),
                 error=NO_ERROR,
@@ -813,6 +816,12 @@ class ClassicMember:
             if revoked:
                 self._rejoin_wanted = True  # the follow-up rebalance, once the revocation is done
                 self._rejoin_reason = "revoked items (the follow-up rebalance)"
+            elif self._claimed - revoked - self.owned:
+                # The leader kept items with this worker that it stopped after its JoinGroup (a
+                # connector deleted meanwhile, then created again): they run nowhere until the leader
+                # hears what this worker owns now (found by the simulator, seed 8626).
+                self._rejoin_wanted = True
+                self._rejoin_reason = "the leader counted items this worker no longer runs"
             if a.delay_ms > 0:
                 self._rejoin_at = now_ms + a.delay_ms
             if self._follow_up and self.is_leader:

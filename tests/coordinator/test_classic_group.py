@@ -316,6 +316,27 @@ def test_follower_rejoining_a_stable_group_with_the_same_metadata_gets_the_curre
     assert c.sync(m2, 1).assignment == f"a-{m2}".encode()
 
 
+def test_a_follower_that_lost_its_sync_answer_is_alive_from_its_rejoin_and_sync(c: Classic) -> None:
+    """Found by the simulator (seeds 8862, 12655): a member whose SyncGroup answer was lost waits
+    without heartbeats and, after a coordinator restart (sessions run from the load), rejoins a
+    Stable group and syncs -- Kafka reschedules its heartbeat deadline on both, so its session runs
+    from then, not from the load."""
+    m1, m2 = c.stable_group(2)
+    c.restart()
+    c.sleep(SESSION - 200)
+    c.heartbeat(m1, 1)
+    assert c.join(m2).generation_id == 1  # (a follower with the same metadata: no rebalance)
+    c.sleep(100)
+    assert c.sync(m2, 1).assignment == f"a-{m2}".encode()
+    c.sleep(SESSION // 2)
+    c.heartbeat(m1, 1)
+    c.sleep(SESSION // 2 - 50)  # past the session counted from the load, within the one from the sync
+    assert set(c.classic().members) == {m1, m2} and c.state() == STABLE
+    c.heartbeat(m1, 1)
+    c.sleep(100)  # m2 sent nothing since its SyncGroup: it expires with its own session
+    assert m2 not in c.classic().members
+
+
 def test_leader_rejoining_a_stable_group_starts_a_rebalance(c: Classic) -> None:
     m1, m2 = c.stable_group(2)
     w1 = c.join(m1)

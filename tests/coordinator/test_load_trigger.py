@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connect.coordinator.v1 import common_pb2, coordinator_pb2
+from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.assignor import assign, within_ratio
 from services.common.items import TaskId
@@ -200,6 +200,61 @@ def test_the_watch_starts_over_after_a_restart() -> None:
     w.run(COOLDOWN)
     [bump] = w.bumps()
     assert bump >= restarted + COOLDOWN
+
+
+class RestlessWorld(World):
+    """Its assignor never settles once loads are set: the heavy tasks stay on the first member and one
+    light task goes back and forth between the other two -- every target moves something (the watch
+    never learns that a bump was futile) and the group stays beyond the ratio."""
+
+    def answer(self) -> None:
+        if not self.task_load:
+            super().answer()
+            return
+        for call in self.ctx.take_all_service_calls():
+            self.assigns += 1
+            ids = sorted(m.member_id for m in call.request.members)
+            heavy = sorted(t for t, load in self.task_load.items() if load > 1.0)
+            light = sorted(t for t, load in self.task_load.items() if load <= 1.0)
+            cut = 3 + self.assigns % 2
+            shares = [heavy, light[:cut], light[cut:]]
+            resp = assignor_pb2.AssignResponse()
+            for i, mid in enumerate(ids):
+                target = resp.members.add(member_id=mid)
+                if i == 0:
+                    target.connectors_and_tasks.connectors.append("c")
+                for t in shares[i] if i < len(shares) else ():
+                    target.connectors_and_tasks.tasks.add(connector=t.connector, task=t.task)
+            result = self.ctx.coordinator.complete_service_assignment(
+                call.group_id, call.group_epoch, resp, self.ctx.now
+            )
+            self.ctx._apply(result)
+
+
+def test_the_watch_bumps_at_most_the_convergence_bound_in_a_row_with_unchanged_input() -> None:
+    """Found by the simulator (seed 11046): an assignor that keeps moving things without reaching the
+    ratio (each move lowering a maximum, none the goal) got a bump every cooldown. The watch bumps at
+    most ceil(items / max moves) + 1 times in a row while the assignor's input is unchanged -- the
+    bound SPEC §13's assignor converges within -- then waits for a load, a member or a connector to
+    change."""
+    w = RestlessWorld()
+    ids = w.join(3)
+    w.ctx.put_connector("c", 9)
+    w.answer()
+    w.run(3_000, report=False)
+    heavy = sorted(w.ctx.group().members[ids[0]].current.assigned.tasks)
+    w.task_load = {TaskId("c", i): 1.0 for i in range(9)} | dict.fromkeys(heavy, 10.0)
+    limit = loads.bump_limit(10, -1)  # 1 connector and 9 tasks, max moves 10 % of them: 1
+    assert limit == 11
+    w.run((limit + 10) * COOLDOWN)
+    bumps = w.bumps()
+    assert len(bumps) == limit, bumps
+    assert w.ctx.now - bumps[-1] > 4 * COOLDOWN  # and then none
+    # A load change is new input: the watch may bump again.
+    w.task_load = {t: (20.0 if load > 1.0 else load) for t, load in w.task_load.items()}
+    w.run(3 * COOLDOWN)
+    assert len(w.bumps()) > limit
+    w.ctx.check_recovery()
 
 
 @settings(max_examples=25, deadline=None)

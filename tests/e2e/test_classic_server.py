@@ -180,8 +180,9 @@ def test_a_coordinator_killed_mid_rebalance_comes_back_with_the_generation_and_m
             admin = admin_pb2_grpc.ConnectGroupAdminStub(channel)
             # The parked join is sent from another thread: wait until the coordinator has it (and stored it).
             deadline = time.monotonic() + 30
+            describe = admin_pb2.DescribeGroupsRequest(group_ids=["cg"])
             while True:
-                described = admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["cg"]), timeout=10).groups[0]
+                described = admin.DescribeGroups(describe, timeout=10).groups[0]
                 if len(described.members) == 3 or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)

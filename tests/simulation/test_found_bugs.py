@@ -242,3 +242,32 @@ def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assi
     genuine = ctx.heartbeat(m2, e2)
     assert Items.from_proto(genuine.assignment.assigned) == seed_items("b")
     ctx.check_recovery()
+
+
+# ---- 6. the first 100,000-scenario soak (default protocol and load mix) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("seed", "what"),
+    [
+        # A classic follower whose SyncGroup answer was lost rejoined and synced after a coordinator
+        # restart; neither re-armed its session (still counted from the load): it expired just after
+        # converging (c-stability). Kafka reschedules the heartbeat on both.
+        (8862, "classic"),
+        (12655, "classic"),
+        # A compatible classic worker stopped a deleted connector's task after its JoinGroup had told
+        # the leader it owned it; the connector came back and the leader left the task with the worker,
+        # which no longer ran it -- running nowhere for ever (c-convergence). The worker now rejoins
+        # when the leader counted items it no longer runs.
+        (8626, "classic"),
+        # The load-balanced assignor kept improving a group with no placement within the ratio, one
+        # bump a cooldown, beyond ceil(items / moves) + 1 runs (c-load-loop): the watch now bumps at
+        # most that many times in a row while the assignor's input is unchanged.
+        (11046, "loads"),
+    ],
+)
+def test_the_long_soak_seeds_now_hold(seed: int, what: str) -> None:
+    scenario = generate(seed)
+    assert (scenario.loads is not None) == (what == "loads")
+    result = run_scenario(scenario)
+    assert result.ok, result.violation

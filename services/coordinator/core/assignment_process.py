@@ -56,7 +56,8 @@ class AssignmentProcess(CoreBase):
         sink.emit(GroupMetadata(group.group_id, replace(group.meta, epoch=group.epoch + 1)))
         sink.event(group, EventType.GROUP_EPOCH_BUMPED, member_id, reason=reason, **details)
         if reason != LOAD_IMBALANCE:
-            group.load_watch.futile = False  # the assignor's input changed: it may find a better placement
+            # The assignor's input changed: it may find a better placement.
+            group.load_watch.futile, group.load_watch.streak = False, 0
 
     def _selected_assignor(self, group: Group) -> str:
         first = next((m for m in group.members.values() if not m.meta.is_classic), None)
@@ -444,7 +445,7 @@ class AssignmentProcess(CoreBase):
         if not group.members or group.classic is not None or not loads.has_loads(group):
             watch.since_ms, watch.ratio, watch.logged_ratio = None, 0.0, None
             return False  # not re-armed: the next stored load report arms it
-        ratio, _, cooldown = load_settings(self.group_configs(group))
+        ratio, max_moves, cooldown = load_settings(self.group_configs(group))
         members = loads.group_loads(group)
         watch.ratio = loads.load_ratio(members)
         self.timer.schedule(key, now + loads.sample_period_ms(cooldown))
@@ -470,6 +471,7 @@ class AssignmentProcess(CoreBase):
         if (
             not loads.watched(group, assignor)
             or watch.futile
+            or watch.streak >= loads.bump_limit(len(group.connectors) + sum(group.connectors.values()), max_moves)
             or now - watch.since_ms < cooldown
             or (watch.bumped_ms is not None and now - watch.bumped_ms < cooldown)
             or group.state() != STABLE
@@ -481,4 +483,5 @@ class AssignmentProcess(CoreBase):
             sink, group, LOAD_IMBALANCE, worst, load_ratio=round(watch.ratio, 4), goal=ratio, imbalanced_ms=cooldown
         )
         watch.bumped_epoch = group.epoch
+        watch.streak += 1
         return False

@@ -494,7 +494,8 @@ class ClassicGroups(CoreBase):
             # It missed its JoinGroup answer: the current generation's again.
             return self._join_answer(classic, mid)
         if state == STABLE and same and mid != classic.value.leader:
-            # A follower with nothing new: the current generation, then SyncGroup.
+            # A follower with nothing new: the current generation, then SyncGroup (it is alive).
+            self._arm_session(group, member, now)
             return self._join_answer(classic, mid, with_members=False)
         ran, told = self._runs(group, mid)
         new = replace(
@@ -588,6 +589,9 @@ class ClassicGroups(CoreBase):
         if classic.state == STABLE:
             if handover:  # (the leader's assignment came before this member's SyncGroup)
                 self._log_handover(sink, group, mid, ran)
+            # Kafka's rescheduleClassicGroupMemberHeartbeat: a member that lost its SyncGroup answer (or,
+            # after a coordinator restart, whose session runs from the load) is alive from now.
+            self._arm_session(group, member, now)
             return classic_pb2.SyncGroupResponse(protocol_name=v.protocol_name, assignment=member.value.assignment)
         wait = self._park(sink, group, mid, SYNC)
         if mid == v.leader:

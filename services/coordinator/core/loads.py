@@ -12,7 +12,10 @@ The watch: a LOAD timer per group samples the group's ratio while loads are know
 stays beyond the ratio (the assignor's goal, `services.assignor.within_ratio`) through samples that
 span the cooldown, the group is Stable, the last `load_imbalance` bump is a cooldown old and the
 target computed for it moved something, the epoch is bumped with reason `load_imbalance` -- only
-for a group whose assignor is `load-balanced`. A sample is also logged (`load_sampled`, with the
+for a group whose assignor is `load-balanced`, and at most `bump_limit` times in a row while what
+the assignor is given stays the same: the assignor meets the ratio within that many runs wherever a
+placement that good exists, so more would be a loop (each run lowers the maximum, but a group with
+no such placement could be moved about for long; found by the simulator, seed 11046). A sample is also logged (`load_sampled`, with the
 ratio, the goal and how many members carry load) when it is the watch's first, when the ratio moved
 by more than the report threshold since the last logged one, or when it crossed the goal: the
 analytics job's ratio over time, a bounded number of writes (nothing on the heartbeat path; a group
@@ -196,3 +199,12 @@ def sample_logged(watch: LoadWatch, missed: bool, threshold: float) -> bool:
 def members_with_load(loads: Mapping[str, tuple[float, float, int]]) -> int:
     """How many of the members carry some load (a `load_sampled` event's detail)."""
     return sum(1 for load, _, _ in loads.values() if load > 0)
+
+
+def bump_limit(items: int, max_moves: int) -> int:
+    """The `load_imbalance` bumps in a row with unchanged input: ceil(items / moves per run) + 1
+    (SPEC §13's convergence bound; `max_moves` -1 is 10 % of the items, at least 1; 0 moves none)."""
+    moves = max(1, items // 10) if max_moves == -1 else max_moves
+    if moves <= 0:
+        return 0
+    return -(-items // moves) + 1

@@ -433,7 +433,7 @@ class Membership(CoreBase):
         member.pending_report = None
         member.load_stored_ms = now
         if loads.report_changes_loads(group, meta, wanted, self.config.load_report_threshold):
-            group.load_watch.futile = False
+            group.load_watch.futile, group.load_watch.streak = False, 0
         if wanted.item_loads:
             key = TimerKey(TimerKind.LOAD, group.group_id)
             if self.timer.deadline(key) is None:

@@ -190,13 +190,16 @@ class LoadWatch:
     first sample of the imbalance under way (None: balanced at the last sample); `bumped_ms` and
     `bumped_epoch`: the last `load_imbalance` bump; `futile`: the target computed for that bump
     moved nothing (the assignor knows no better placement), so no bump follows until a load report
-    changes what is known; `ratio`: max over mean at the last sample (the /metrics gauge);
+    changes what is known; `streak`: the `load_imbalance` bumps since the assignor's input last
+    changed (a load report, a membership or connector change), bounded by `loads.bump_limit`;
+    `ratio`: max over mean at the last sample (the /metrics gauge);
     `logged_ratio` / `logged_missed`: the last sample logged as `load_sampled` (None: none yet)."""
 
     since_ms: int | None = None
     bumped_ms: int | None = None
     bumped_epoch: int = -1
     futile: bool = False
+    streak: int = 0
     ratio: float = 0.0
     logged_ratio: float | None = None
     logged_missed: bool = False
