@@ -155,7 +155,7 @@ class TargetAssignment(_message.Message):
     def __init__(self, assignment_epoch: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberTarget, _Mapping]]] = ...) -> None: ...
 
 class GroupMember(_message.Message):
-    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target", "owned_is_target", "item_loads", "capacity", "rack")
+    __slots__ = ("member_id", "member_epoch", "instance_id", "url", "assignor", "owned", "target", "owned_is_target", "item_loads", "capacity", "rack", "load_summary")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class GroupMember(_message.Message):
     ITEM_LOADS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     member_epoch: int
     instance_id: str
@@ -178,4 +179,15 @@ class GroupMember(_message.Message):
     item_loads: ItemLoads
     capacity: float
     rack: str
-    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., owned_is_target: _Optional[bool] = ..., item_loads: _Optional[_Union[ItemLoads, _Mapping]] = ..., capacity: _Optional[float] = ..., rack: _Optional[str] = ...) -> None: ...
+    load_summary: MemberLoadSummary
+    def __init__(self, member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., url: _Optional[str] = ..., assignor: _Optional[_Union[Assignor, _Mapping]] = ..., owned: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., target: _Optional[_Union[ConnectorsAndTasks, _Mapping]] = ..., owned_is_target: _Optional[bool] = ..., item_loads: _Optional[_Union[ItemLoads, _Mapping]] = ..., capacity: _Optional[float] = ..., rack: _Optional[str] = ..., load_summary: _Optional[_Union[MemberLoadSummary, _Mapping]] = ...) -> None: ...
+
+class MemberLoadSummary(_message.Message):
+    __slots__ = ("known_load", "unknown_weight", "connector_load")
+    KNOWN_LOAD_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_LOAD_FIELD_NUMBER: _ClassVar[int]
+    known_load: float
+    unknown_weight: float
+    connector_load: float
+    def __init__(self, known_load: _Optional[float] = ..., unknown_weight: _Optional[float] = ..., connector_load: _Optional[float] = ...) -> None: ...
