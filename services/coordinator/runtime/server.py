@@ -39,6 +39,7 @@ from services.common import reflection
 from services.common.logsafe import escape
 from services.common.tls import ANONYMOUS, ServerTls, peer_principal
 from services.coordinator.core import validation
+from services.coordinator.core.admin import Serialized
 from services.coordinator.core.errors import ApiError, clip
 from services.coordinator.runtime.asyncio_runtime import MAX_MESSAGE_BYTES, CoordinatorRuntime, NotAvailable
 from services.coordinator.runtime.events import list_group_events
@@ -367,7 +368,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
         )
 
 
+def _as_message(response: Any, response_type: type) -> Any:
+    """A response as a message (a `Serialized` one parsed: merged with refusals)."""
+    return response_type.FromString(response.data) if isinstance(response, Serialized) else response  # type: ignore[attr-defined]
+
+
 def _first_group_error(response: Any) -> int:
+    if isinstance(response, Serialized):
+        return response.first_error
     items = getattr(response, "groups", None) or getattr(response, "results", None) or []
     return next((g.error_code for g in items if g.error_code), 0)
 
@@ -486,7 +494,8 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
                 subset.CopyFrom(request)
                 del subset.group_ids[:]
                 subset.group_ids.extend(allowed)
-                answered = list(getattr(await run(subset), field_name)) if allowed else []
+                answer = _as_message(await run(subset), response_type) if allowed else response_type()
+                answered = list(getattr(answer, field_name))
                 response = response_type()
                 out = getattr(response, field_name)
                 if len(answered) != len(allowed):  # the handler refused the request as a whole
@@ -525,7 +534,9 @@ class AdminServicer(admin_pb2_grpc.ConnectGroupAdminServicer, _Instrumented):
             context,
             admin_pb2.DescribeGroupsResponse,
             "groups",
-            lambda r: self.runtime.read(self.core.describe_groups, r),
+            # Serialized member by member in the core (a group of 10,000 members as messages was
+            # 26 MB at once), sent as it is (`_sent_as_is`).
+            lambda r: self.runtime.read(self.core.describe_groups_serialized, r),
         )
 
     async def PutConnector(self, request: Any, context: Any) -> Any:
@@ -660,7 +671,13 @@ class _ParseGuard:
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         guarded = {
-            name: h._replace(request_deserializer=_lenient(h.request_deserializer)) for name, h in handlers.items()
+            name: h._replace(
+                request_deserializer=_lenient(h.request_deserializer),
+                response_serializer=_sent_as_is(h.response_serializer)
+                if name in _SERIALIZED_ANSWERS
+                else h.response_serializer,
+            )
+            for name, h in handlers.items()
         }
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
         self._server.add_registered_method_handlers(service, guarded)  # type: ignore[attr-defined]
@@ -674,6 +691,17 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
             return Unparsable(str(e)[:200] or type(e).__name__)
 
     return deserialize
+
+
+# Methods whose handler may answer with a `Serialized` response (the others keep grpc's serializer).
+_SERIALIZED_ANSWERS = frozenset({"DescribeGroups"})
+
+
+def _sent_as_is(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    def serializer(response: Any) -> bytes:
+        return response.data if isinstance(response, Serialized) else serialize(response)
+
+    return serializer
 
 
 def split_address(address: str) -> tuple[str, int]:
