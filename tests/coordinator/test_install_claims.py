@@ -19,6 +19,7 @@ from services.coordinator.core.assignment import InvalidAssignment, validate_res
 from services.coordinator.core.item_index import ItemKey
 from services.coordinator.core.records import TargetMemberValue
 from services.coordinator.core.state import HandedOut
+from tests.coordinator.harness import Context
 
 CONNECTORS = {"a": 4, "b": 2, "c": 1, "e": 0}
 MEMBERS = ["w1", "w2", "w3"]
@@ -149,3 +150,20 @@ def test_a_task_given_twice_and_an_item_left_out_are_named() -> None:
         raise AssertionError("an item left out was accepted")
     except InvalidAssignment as e:
         assert str(e) == "1 connectors/tasks are unassigned (e.g. b-1) and no rebalance_delay_ms is set"
+
+
+def test_an_installed_target_holds_the_members_own_id_string() -> None:
+    c = Context()
+    c.put_connector("a", 3)
+    first = c.join().member_id
+    second = c.join().member_id
+    group = c.group()
+    # The Install's member ids are new string objects (as a parsed request's are).
+    targets = {
+        "".join(list(first)): Items.of(["a"], [("a", 0)]),
+        "".join(list(second)): Items.of((), [("a", 1), ("a", 2)]),
+    }
+    c.compute(first, targets)
+    for key in group.target_members:
+        assert key is group.members[key].member_id
+    assert group.target_owner.get(TaskId("a", 2)) is group.members[second].member_id
