@@ -10,7 +10,7 @@ Public surface:
 Everything is pure: no I/O, no clock (``now_ms`` comes in the request), deterministic.
 """
 
-from services.assignor._load import InvalidLoadInput, within_ratio
+from services.assignor._load import InvalidLoadInput, load_summary, within_ratio
 from services.assignor._model import (
     DEFAULT_LOAD_COOLDOWN_MS,
     DEFAULT_LOAD_RATIO,
@@ -25,6 +25,7 @@ from services.assignor._model import (
     LoadMove,
     LostWork,
     Member,
+    MemberLoadSummary,
 )
 from services.assignor._proto import (
     ASSIGNORS,
@@ -61,8 +62,10 @@ __all__ = [
     "LoadMove",
     "LostWork",
     "Member",
+    "MemberLoadSummary",
     "assign",
     "compute",
     "list_assignors",
+    "load_summary",
     "within_ratio",
 ]

@@ -33,6 +33,11 @@ any number of tasks, so it never blocks a load move. The cap is a hard rule that
    64 members of several tasks set aside in a row the run stops. It stops when the members left are all within
    ``load_balance_ratio`` of their mean (ratio at most ratio x mean, at least mean / ratio).
 
+Each member's starting load is read from its ``load_summary`` (GroupMember.load_summary, filled by
+the coordinator) where it has one and keeps its target as given, so that a run after one join reads
+three numbers per member, not a load per task; otherwise it is summed task by task, by the same
+exactly rounded sums (``load_summary``), so the answer is the same with or without summaries.
+
 Deterministic: members by position (sorted ids), items sorted, heaps keyed by (value, position).
 """
 
@@ -41,16 +46,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from itertools import repeat
-from operator import neg, truediv
+from itertools import accumulate, compress, count, filterfalse, repeat
+from operator import add, and_, attrgetter, is_, itemgetter, le, mul, neg, not_, sub, truediv
+from typing import cast
 
 from services.assignor._balance import Moves
 from services.assignor._cooperative import Plan, assign_incremental, balance_connectors, finish, plan_run
-from services.assignor._model import AssignInput, AssignOutput, LoadMove
+from services.assignor._model import AssignInput, AssignOutput, LoadMove, Member, MemberLoadSummary
 from services.assignor._racks import RackCounts, caps, transfer
-from services.common.items import TaskId
+from services.common.items import Items, TaskId
 
 # Candidate receivers looked at per step (the least loaded first): enough to get past racks
 # without room and the giver itself, bounded so a step costs the same at 10,000 members.
@@ -70,21 +77,59 @@ def loads_known(inp: AssignInput) -> bool:
     return bool(inp.task_loads or inp.connector_loads or any(w != 1.0 for w in inp.task_weights.values()))
 
 
-def check_load_input(inp: AssignInput) -> None:
+_capacity = attrgetter("capacity")
+_summary = attrgetter("load_summary")
+_target_tasks = attrgetter("target.tasks")
+_target_connectors = attrgetter("target.connectors")
+_SUMMARY_FIELDS = ("known_load", "unknown_weight", "connector_load")
+
+
+def _all_finite_non_negative(values: Collection[float], total: float | None = None) -> bool:
+    """Whether ``values`` (summing to ``total``, if given) are all finite and >= 0."""
+    # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
+    # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
+    if not values:
+        return True
+    return min(values) >= 0 and (
+        math.isfinite(sum(values) if total is None else total) or all(map(math.isfinite, values))
+    )
+
+
+def check_load_input(inp: AssignInput) -> float:
     """Raises InvalidLoadInput naming the field for a negative, NaN or infinite number, a capacity
-    that is not > 0, a ratio below 1 or negative limits."""
-    for m in inp.members:
-        if not (math.isfinite(m.capacity) and m.capacity > 0):
-            raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be a finite number > 0, got {m.capacity}")
+    that is not > 0, a ratio below 1 or negative limits. Returns the sum of ``task_loads``."""
+    check_summaries(inp.members)
+    return _check_numbers(inp)
+
+
+def check_summaries(members: Sequence[Member]) -> None:
+    """InvalidLoadInput naming the field (``members[i].load_summary.known_load``, i in input order)
+    for a summary number that is negative, NaN or infinite."""
+    summaries = list(map(_summary, members))
+    given = list(filter(None, summaries))
+    for name in _SUMMARY_FIELDS if given else ():
+        if not _all_finite_non_negative(list(map(attrgetter(name), given))):
+            i, value = next(
+                (i, v)
+                for i, v in enumerate(getattr(u, name) if u is not None else 0.0 for u in summaries)
+                if not (math.isfinite(v) and v >= 0)
+            )
+            raise InvalidLoadInput(f"members[{i}].load_summary.{name} must be a finite number >= 0, got {value}")
+
+
+def _check_numbers(inp: AssignInput) -> float:
+    """``check_load_input`` but for the summaries (the run checks them as it reads them)."""
+    capacities = list(map(_capacity, inp.members))
+    if capacities and not (min(capacities) > 0 and math.isfinite(sum(capacities))):
+        m = next(m for m in inp.members if not (math.isfinite(m.capacity) and m.capacity > 0))
+        raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be a finite number > 0, got {m.capacity}")
+    task_load = sum(inp.task_loads.values())  # (the run's unit reads it)
     for name, table in (
         ("task_loads", inp.task_loads),
         ("connector_loads", inp.connector_loads),
         ("task_weights", inp.task_weights),
     ):
-        values = table.values()
-        # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
-        # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
-        if values and not (min(values) >= 0 and (math.isfinite(sum(values)) or all(map(math.isfinite, values)))):
+        if not _all_finite_non_negative(table.values(), task_load if name == "task_loads" else None):
             key, value = next((k, v) for k, v in sorted(table.items()) if not (math.isfinite(v) and v >= 0))
             raise InvalidLoadInput(f"{name}[{key!s}] must be a finite number >= 0, got {value}")
     if not (math.isfinite(inp.load_balance_ratio) and inp.load_balance_ratio >= 1.0):
@@ -93,6 +138,43 @@ def check_load_input(inp: AssignInput) -> None:
         raise InvalidLoadInput(f"load_max_moves must be >= 0, got {inp.load_max_moves}")
     if inp.load_cooldown_ms < 0:
         raise InvalidLoadInput(f"load_cooldown_ms must be >= 0, got {inp.load_cooldown_ms}")
+    return task_load
+
+
+_task_connector = itemgetter(0)
+
+
+def _task_parts(
+    tasks: Iterable[TaskId], task_loads: Mapping[TaskId, float], task_weights: Mapping[str, float]
+) -> tuple[float, float]:
+    """(known load, unknown weight) of ``tasks``: the exactly rounded sum of the loads of those with
+    one, and of the weights (default 1.0) of the others. Exactly rounded, so the order the tasks
+    come in does not matter: the coordinator's summary and a task-by-task pass agree to the bit."""
+    listed = tasks if isinstance(tasks, list) else list(tasks)
+    known = list(filter(task_loads.__contains__, listed)) if task_loads else []
+    known_load = math.fsum(map(task_loads.__getitem__, known))
+    if not task_weights:
+        return known_load, float(len(listed) - len(known))
+    unknown = filterfalse(task_loads.__contains__, listed) if known else listed
+    return known_load, math.fsum(map(task_weights.get, map(_task_connector, unknown), repeat(1.0)))
+
+
+def _connector_load(connectors: Iterable[str], connector_loads: Mapping[str, float]) -> float:
+    return math.fsum(map(connector_loads.get, connectors, repeat(0.0))) if connector_loads else 0.0
+
+
+def load_summary(
+    target: Items,
+    task_loads: Mapping[TaskId, float],
+    connector_loads: Mapping[str, float] = {},
+    task_weights: Mapping[str, float] = {},
+) -> MemberLoadSummary:
+    """A member's ``target`` summed against the loads and weights its request carries (what
+    ``Member.load_summary`` and GroupMember.load_summary hold): what the load-balanced run would sum
+    task by task for a member that keeps ``target``. ``task_loads`` may be keyed by plain
+    (connector, task) tuples."""
+    known, unknown = _task_parts(target.tasks, task_loads, task_weights)
+    return MemberLoadSummary(known, unknown, _connector_load(target.connectors, connector_loads))
 
 
 def max_moves(inp: AssignInput) -> int:
@@ -104,12 +186,13 @@ def max_moves(inp: AssignInput) -> int:
 def assign_load_balanced(inp: AssignInput, *, reference: bool = False) -> AssignOutput:
     """The load-balanced answer. ``reference`` takes the straightforward path (no early exit, the
     set-aside by a sort of all members): the same answer, slower; the tests hold one to the other."""
-    check_load_input(inp)
+    task_load = _check_numbers(inp)
     if not loads_known(inp):
+        check_summaries(inp.members)
         return assign_incremental(inp)
     plan = plan_run(inp)
     connector_moves = balance_connectors(plan)
-    run = _LoadRun(inp, plan, connector_moves, reference=reference)
+    run = _LoadRun(inp, plan, connector_moves, reference=reference, task_load=task_load)
     run.place(sorted([*plan.fresh_tasks, *plan.released_tasks], key=lambda t: (-run.load(t), t)))
     if not plan.holding:
         run.spread()
@@ -127,7 +210,14 @@ def assign_load_balanced(inp: AssignInput, *, reference: bool = False) -> Assign
 class _LoadRun:
     """The task side of one load-balanced run: loads by member position, and the moves made."""
 
-    def __init__(self, inp: AssignInput, plan: Plan, connector_moves: Moves[str], reference: bool = False) -> None:
+    def __init__(
+        self,
+        inp: AssignInput,
+        plan: Plan,
+        connector_moves: Moves[str],
+        reference: bool = False,
+        task_load: float | None = None,
+    ) -> None:
         self.inp, self.plan = inp, plan
         self.reference = reference
         self.ids = plan.ids
@@ -135,33 +225,56 @@ class _LoadRun:
         self.held: Sequence[Collection[TaskId]] = plan.base.tasks
         self.moves: Moves[TaskId] = Moves({}, {}, [])
         self.steps: list[LoadMove] = []
-        self.capacity = [m.capacity for m in plan.members]
+        self.capacity = list(map(_capacity, plan.members))
         self.racks = plan.racks
         weights = inp.task_weights
         known = inp.task_loads
         if known:
-            weight = sum(map(weights.get, (t.connector for t in known), repeat(1.0))) if weights else len(known)
-            unit = sum(known.values()) / weight if weight > 0 else 1.0
+            weight = sum(map(weights.get, map(_task_connector, known), repeat(1.0))) if weights else len(known)
+            unit = (sum(known.values()) if task_load is None else task_load) / weight if weight > 0 else 1.0
         else:
             unit = 1.0
         self.unit = unit
-        self._uniform = not weights
-        if self._uniform:
-            get = known.get
-            # Each member's tasks summed, one lookup per task: the one pass over every task a run makes.
-            self.tasks_load = [sum(map(get, ts, repeat(unit))) for ts in self.held]
+        # Each member's load: connector_load + known_load + unknown_weight x unit, of the connectors
+        # it ends with and the tasks it holds. A member that keeps its target as given (its base is
+        # the target's own object) and carries a summary of it is read from that: three numbers,
+        # not a load per task. The others are summed task by task, by the same exactly rounded sums.
+        summaries = list(map(_summary, plan.members))
+        held = self.held
+        columns: list[tuple[float, ...]] | None = None
+        if n and all(summaries):  # (every member carries one: read field by field, and checked so)
+            columns = list(zip(*cast(list[MemberLoadSummary], summaries), strict=True))
+            if not all(map(_all_finite_non_negative, columns)):
+                check_summaries(inp.members)  # (raises, naming the member as the input lists it)
         else:
-            self.tasks_load = [sum(map(self.load, ts)) for ts in self.held]
-        self.total = [0.0] * n
+            check_summaries(inp.members)
+        summed = list(map(bool, summaries))
+        # (tasks: the member's base is its target's own object; connectors: that, and no count move)
+        usable = list(map(and_, summed, map(is_, map(_target_tasks, plan.members), held))) if any(summed) else summed
+        known_load: Sequence[float]
+        unknown_weight: Sequence[float]
+        if columns is not None and all(usable):
+            known_load, unknown_weight = columns[0], columns[1]
+        else:
+            known_load = kl = _from_summaries(summaries, usable, "known_load")
+            unknown_weight = uw = _from_summaries(summaries, usable, "unknown_weight")
+            for i in compress(range(n), map(not_, usable)):
+                kl[i], uw[i] = _task_parts(held[i], known, weights)
+        tasks_load = list(map(add, known_load, map(mul, unknown_weight, repeat(unit))))
         connector_loads = inp.connector_loads
         if connector_loads:
-            cget = connector_loads.get
-            for i in range(n):
+            usable = list(map(and_, summed, map(is_, map(_target_connectors, plan.members), plan.base.connectors)))
+            for i in (*connector_moves.revoked, *connector_moves.gained):
+                usable[i] = False
+            total = _from_summaries(summaries, usable, "connector_load")
+            for i in compress(range(n), map(not_, usable)):
                 cs = set(plan.base.connectors[i])
                 cs.difference_update(connector_moves.revoked.get(i, ()))
                 cs.update(connector_moves.gained.get(i, ()))
-                self.total[i] = sum(map(cget, cs, repeat(0.0)))
-        self.load_of = [c + t for c, t in zip(self.total, self.tasks_load, strict=True)]
+                total[i] = _connector_load(cs, connector_loads)
+            self.load_of = list(map(add, total, tasks_load))
+        else:
+            self.load_of = tasks_load  # (0.0 + x is x)
         # load / capacity by position, kept with ``load_of`` (a list read by C-level passes).
         self.ratios = list(map(truediv, self.load_of, self.capacity))
         # Members' tasks as changed in this run (the others: ``held``), built only when asked.
@@ -263,9 +376,10 @@ class _LoadRun:
     def balance(self) -> None:
         """The load moves (see the module's docstring).
 
-        What it costs after one join: a pass over the members' ratios (C-level), the two heaps
-        built once, and a step per member set aside or load move; a run already within the ratio
-        stops after the pass."""
+        What it costs after one join: a pass over the members' ratios (C-level), two sorts of the
+        members' positions (C-level) that start both heaps, the members of one task set aside by
+        C-level passes, and a step per other member set aside or load move; a run already within
+        the ratio stops after the first pass."""
         inp = self.inp
         n = len(self.ids)
         budget = max_moves(inp)
@@ -283,20 +397,13 @@ class _LoadRun:
         now, cooldown = inp.now_ms, inp.load_cooldown_ms
         cooling = {t for t, ms in inp.state.moved_at.items() if now - ms < cooldown}
         active = [True] * n
-        top = list(zip(map(neg, ratios), range(n), strict=True))
-        heapq.heapify(top)
-        sum_load, sum_capacity = self._set_aside_single(active, top, sum_load, sum_capacity)
-        bottom = list(zip(ratios, range(n), strict=True))
-        heapq.heapify(bottom)
+        top, bottom = _queues(ratios, self.reference)
+        sum_load, sum_capacity = self._set_aside_single(top.order, active, sum_load, sum_capacity)
         set_aside = 0
         while budget > 0 and sum_capacity > 0 and set_aside < _MAX_SET_ASIDE:
-            while top and (not active[top[0][1]] or -top[0][0] != ratios[top[0][1]]):
-                heapq.heappop(top)
-            while bottom and (not active[bottom[0][1]] or bottom[0][0] != ratios[bottom[0][1]]):
-                heapq.heappop(bottom)
-            if not top or not bottom:
+            m, low = _first_valid(top, active, ratios, -1.0), _first_valid(bottom, active, ratios, 1.0)
+            if m is None or low is None:
                 break
-            m, low = top[0][1], bottom[0][1]
             mean = sum_load / sum_capacity
             over = ratios[m] > limit * mean * (1 + _EPS)
             if not over and ratios[low] * limit >= mean * (1 - _EPS):
@@ -320,50 +427,65 @@ class _LoadRun:
             budget -= len(out) + len(back)
             self.steps.append(LoadMove(self.ids[m], self.ids[b], out, back, before, (ratios[m], ratios[b])))
             for i in (m, b):
-                heapq.heappush(top, (-ratios[i], i))
-                heapq.heappush(bottom, (ratios[i], i))
+                top.push((-ratios[i], i))
+                bottom.push((ratios[i], i))
 
-    def _receivers(self, bottom: list[tuple[float, int]], active: list[bool], m: int) -> list[int]:
+    def _receivers(self, bottom: _Heap, active: list[bool], m: int) -> list[int]:
         """The least loaded active members but ``m``, at most ``_RECEIVERS`` (``bottom`` is left as it was,
         but for stale entries)."""
         popped: list[tuple[float, int]] = []
         while bottom and len(popped) < _RECEIVERS + 1:
-            entry = heapq.heappop(bottom)
+            entry = bottom.pop()
             if active[entry[1]] and entry[0] == self.ratios[entry[1]]:
                 popped.append(entry)
         for entry in popped:
-            heapq.heappush(bottom, entry)
+            bottom.push(entry)
         return [e[1] for e in popped if e[1] != m][:_RECEIVERS]
 
     def _set_aside_single(
-        self, active: list[bool], top: list[tuple[float, int]], sum_load: float, sum_capacity: float
+        self, order: list[int], active: list[bool], sum_load: float, sum_capacity: float
     ) -> tuple[float, float]:
-        """Set aside first, highest first, the members above the ratio that hold one task no member
-        could take for less (none has more capacity): what the loop would do, without a step each
-        (a Zipf-skewed group has many). The members come off the ``top`` heap in the order of a
-        sort by (-ratio, position) and those kept go back (the reference path sorts them all).
-        Returns the load and capacity left."""
+        """Set aside first, highest first (``order``: by (-ratio, position)), the members above the
+        ratio that hold one task no member could take for less (none has more capacity): what the
+        loop would do, without a step each (a Zipf-skewed group has many). Returns the load and
+        capacity left.
+
+        The reference path goes through ``order`` member by member until one is at or below the
+        ratio. The fast path looks only at the members of one task at the widest capacity (one in
+        between changes nothing, and if it is at or below the ratio, so is the next of those), with
+        C-level passes: the load and capacity left before each (the same subtractions in the same
+        order), and the first at or below the ratio of what is left."""
         limit = self.inp.load_balance_ratio
-        ratios = self.ratios
-        widest = max(self.capacity)
-        # (only a member at the widest capacity can be set aside here: none, and nothing to do)
-        order: Iterator[int]
-        kept: list[tuple[float, int]] = []
+        ratios, capacity = self.ratios, self.capacity
+        widest = max(capacity)
         if self.reference:
-            order = iter(sorted(range(len(active)), key=lambda i: (-ratios[i], i)))
-        else:
-            order = _pop_all(top, kept)
-        for i in order:
-            if sum_capacity <= 0 or ratios[i] <= limit * sum_load / sum_capacity * (1 + _EPS):
-                break
-            if self._task_count(i) == 1 and self.capacity[i] >= widest:
-                active[i] = False
-                sum_load -= self.load_of[i]
-                sum_capacity -= self.capacity[i]
-        for entry in kept:
-            if active[entry[1]]:
-                heapq.heappush(top, entry)
-        return sum_load, sum_capacity
+            for i in order:
+                if sum_capacity <= 0 or ratios[i] <= limit * sum_load / sum_capacity * (1 + _EPS):
+                    break
+                if self._task_count(i) == 1 and capacity[i] >= widest:
+                    active[i] = False
+                    sum_load -= self.load_of[i]
+                    sum_capacity -= capacity[i]
+            return sum_load, sum_capacity
+        counts = list(map(len, self.held))
+        for i, ts in self._tasks.items():
+            counts[i] = len(ts)
+        single = list(map((1).__eq__, counts))
+        if min(capacity) < widest:
+            single = list(map(and_, single, map(widest.__le__, capacity)))
+        singles = list(compress(order, map(single.__getitem__, order)))
+        if not singles:
+            return sum_load, sum_capacity
+        loads_left = list(accumulate(map(self.load_of.__getitem__, singles), sub, initial=sum_load))
+        capacity_left = list(accumulate(map(capacity.__getitem__, singles), sub, initial=sum_capacity))
+        # (the first with no capacity left stops it; before that, the first at or below the ratio)
+        stop = next(compress(count(), map((0.0).__ge__, capacity_left)), len(singles))
+        thresholds = map(
+            mul, map(truediv, map(mul, repeat(limit), loads_left[:stop]), capacity_left[:stop]), repeat(1 + _EPS)
+        )
+        k = next(compress(count(), map(le, map(ratios.__getitem__, singles[:stop]), thresholds)), stop)
+        deque(map(active.__setitem__, singles[:k], repeat(False)), maxlen=0)
+        return loads_left[k], capacity_left[k]
 
     def _best_step(
         self, m: int, receivers: list[int], cooling: set[TaskId], budget: int
@@ -412,12 +534,93 @@ class _LoadRun:
         return None
 
 
-def _pop_all(heap: list[tuple[float, int]], popped: list[tuple[float, int]]) -> Iterator[int]:
-    """The positions of ``heap``'s entries in order, popping each (kept in ``popped``) as it is read."""
+class _Heap:
+    """A heap of (key, position) entries (``heapq``), and the positions by key (``order``)."""
+
+    def __init__(self, entries: list[tuple[float, int]], order: list[int]) -> None:
+        self.heap, self.order = entries, order
+        heapq.heapify(entries)
+
+    def __bool__(self) -> bool:
+        return bool(self.heap)
+
+    def peek(self) -> tuple[float, int]:
+        return self.heap[0]
+
+    def pop(self) -> tuple[float, int]:
+        return heapq.heappop(self.heap)
+
+    def push(self, entry: tuple[float, int]) -> None:
+        heapq.heappush(self.heap, entry)
+
+
+class _SortedHeap(_Heap):
+    """The same heap, started with every member's entry without building it: the entries not popped
+    yet of ``order`` (the positions sorted by (key, position), read from ``at``), and the pushed
+    ones in a heap of their own; ``peek`` and ``pop`` take the least of the two. A sort of the
+    positions (C-level, no tuple per member) costs less than the tuples and heap of all members."""
+
+    def __init__(self, keys: list[float], order: list[int]) -> None:
+        super().__init__([], order)
+        self.keys = keys
+        self.at = 0
+
+    def __bool__(self) -> bool:
+        return self.at < len(self.order) or bool(self.heap)
+
+    def peek(self) -> tuple[float, int]:
+        if self.at < len(self.order):
+            i = self.order[self.at]
+            entry = (self.keys[i], i)
+            if not self.heap or entry <= self.heap[0]:
+                return entry
+        return self.heap[0]
+
+    def pop(self) -> tuple[float, int]:
+        if self.at < len(self.order):
+            i = self.order[self.at]
+            entry = (self.keys[i], i)
+            if not self.heap or entry <= self.heap[0]:
+                self.at += 1
+                return entry
+        return heapq.heappop(self.heap)
+
+
+def _first_valid(heap: _Heap, active: list[bool], ratios: list[float], sign: float) -> int | None:
+    """The position of ``heap``'s least entry that is active and holds its ratio now (key: ``sign``
+    x ratio), the entries before it popped; None if there is none."""
     while heap:
-        entry = heapq.heappop(heap)
-        popped.append(entry)
-        yield entry[1]
+        key, i = heap.peek()
+        if active[i] and key * sign == ratios[i]:
+            return i
+        heap.pop()
+    return None
+
+
+def _queues(ratios: list[float], reference: bool) -> tuple[_Heap, _Heap]:
+    """The heaps of the members by (-ratio, position) and by (ratio, position), and the positions in
+    the first order. The reference path builds both heaps from every member's entry."""
+    negated = list(map(neg, ratios))
+    order = sorted(range(len(ratios)), key=negated.__getitem__)  # (a stable sort: ties by position)
+    # (``order`` sorted again by ratio: ties stay by position, and a sort of reversed runs is linear)
+    ascending = sorted(order, key=ratios.__getitem__)
+    if reference:
+        n = len(ratios)
+        return _Heap(list(zip(negated, range(n), strict=True)), order), _Heap(
+            list(zip(ratios, range(n), strict=True)), ascending
+        )
+    return _SortedHeap(negated, order), _SortedHeap(ratios.copy(), ascending)  # (the keys as they are now)
+
+
+def _from_summaries(summaries: Sequence[MemberLoadSummary | None], usable: Sequence[bool], name: str) -> list[float]:
+    """Field ``name`` of the summaries where ``usable``, 0.0 elsewhere (C-level passes)."""
+    if all(usable):
+        return list(map(attrgetter(name), cast(Sequence[MemberLoadSummary], summaries)))
+    out = [0.0] * len(summaries)
+    if any(usable):
+        values = map(attrgetter(name), compress(summaries, usable))
+        deque(map(out.__setitem__, compress(range(len(out)), usable), values), maxlen=0)
+    return out
 
 
 def within_ratio(members: Sequence[tuple[float, float, int]], ratio: float) -> bool:

@@ -26,6 +26,7 @@ from services.assignor._model import (
     AssignorState,
     AssignOutput,
     Member,
+    MemberLoadSummary,
 )
 from services.common import compact
 from services.common.items import EMPTY, Items, TaskId
@@ -434,7 +435,15 @@ def to_input(request: assignor_pb2.AssignRequest, checked: Checked) -> Converted
     if checked.info.name == LOAD_BALANCED:
         load_fields = _load_fields(member_msgs, request.connectors, request.group_configs)
         members = list(
-            map(Member, ids, instances, targets, map(_capacity, member_msgs), map(_rack_or_none, member_msgs))
+            map(
+                Member,
+                ids,
+                instances,
+                targets,
+                map(_capacity, member_msgs),
+                map(_rack_or_none, member_msgs),
+                _load_summaries(member_msgs),
+            )
         )
     elif any(map(_has_rack, member_msgs)):  # (racks: both cooperative assignors spread by them)
         members = list(map(Member, ids, instances, targets, repeat(1.0), map(_rack_or_none, member_msgs)))
@@ -459,6 +468,25 @@ _has_rack = methodcaller("HasField", "rack")
 
 def _rack_or_none(m: common_pb2.GroupMember) -> str | None:
     return m.rack or None
+
+
+_has_load_summary = methodcaller("HasField", "load_summary")
+_load_summary_of = attrgetter("load_summary")
+_SUMMARY_FIELDS = tuple(map(attrgetter, MemberLoadSummary._fields))
+
+
+def _load_summaries(members: Sequence[common_pb2.GroupMember]) -> list[MemberLoadSummary | None]:
+    """Each member's ``load_summary`` (None where unset), read by C-level passes: a Python call per
+    member would cost what the summary saves. Ranges are the core's check (it names the field)."""
+    given = list(map(_has_load_summary, members))
+    out: list[MemberLoadSummary | None] = [None] * len(members)
+    if any(given):
+        msgs = list(map(_load_summary_of, compress(members, given)))
+        columns = [map(field, msgs) for field in _SUMMARY_FIELDS]
+        # (tuple.__new__ makes the named tuple from its fields without a Python call each)
+        made = map(tuple.__new__, repeat(MemberLoadSummary), zip(*columns, strict=True))
+        deque(map(out.__setitem__, compress(range(len(members)), given), made), maxlen=0)
+    return out
 
 
 def _capacity(m: common_pb2.GroupMember) -> float:

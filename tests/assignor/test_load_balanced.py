@@ -305,9 +305,10 @@ def test_the_cooldown_travels_in_the_state_and_expires() -> None:
 def test_the_optimised_path_gives_the_reference_paths_answer(
     sim: Sim, racks: list[str | None], steps: list[tuple[int, str]], seed: int
 ) -> None:
-    """The run's shortcuts (the early exit when within the ratio, the set-aside popped off the heap
-    instead of a sort of all members) change nothing: the same targets, state and load moves as the
-    straightforward path, run after run (joins, leaves, load changes, racks, capacities)."""
+    """The run's shortcuts (the early exit when within the ratio, the members of one task set aside
+    by C-level passes instead of one by one, the heaps started from a sort of the members instead of
+    a tuple each) change nothing: the same targets, state and load moves as the straightforward
+    path, run after run (joins, leaves, load changes, racks, capacities)."""
     sim.racks = {m: r for m, r in zip(sorted(sim.capacity), racks, strict=False) if r is not None}
     for advance, change in [(0, "same"), *steps]:
         sim.apply(advance, change, seed)
