@@ -7,6 +7,7 @@ executor, the result is validated against the snapshot it was computed from befo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
@@ -130,6 +131,11 @@ def fill_snapshot(
     # items' known loads only for load-balanced (the only reader) -- each only where set, so that
     # the request of a group without them is what it was.
     load_of = loads.known_loads(group) if assignor_name == LOAD_BALANCED and group.item_loads else None
+    # The weights as the request carries them (the configured connectors'); with loads or weights
+    # known, each settled member's target summed (GroupMember.load_summary) as its loads are written.
+    weights = (
+        {c: w for c, w in group.task_weights.items() if c in group.connectors} if assignor_name == LOAD_BALANCED else {}
+    )
     for mid, m in group.members.items():
         gm = req.members.add(member_id=mid, member_epoch=m.member_epoch, url=m.meta.url)
         if m.meta.instance_id is not None:
@@ -140,7 +146,9 @@ def fill_snapshot(
             if m.meta.capacity != 1.0:
                 gm.capacity = m.meta.capacity
             if load_of:
-                _put_loads(gm.item_loads, m.owned, load_of)
+                _put_loads(gm, m.owned, load_of, weights, m.owned == group.target_of(mid))
+            elif weights:  # (no load known: a summary of the weights alone, whatever the member owns)
+                gm.load_summary.unknown_weight = loads.weight_of(group.target_of(mid).tasks, weights)
         spec = m.assignor(assignor_name)
         if spec is not None:
             known = specs.get(id(spec))  # equal assignor lists are held once: mostly one spec
@@ -151,7 +159,6 @@ def fill_snapshot(
         put(target, gm.target)
         current = m.current
         put(current.assigned if not current.revoking else m.owned, gm.owned)
-    weights = group.task_weights if assignor_name == LOAD_BALANCED else {}
     for name in sorted(group.connectors):
         connector = req.connectors.add(name=name, task_count=group.connectors[name])
         if name in weights:
@@ -163,16 +170,39 @@ def fill_snapshot(
     return req
 
 
-def _put_loads(out: common_pb2.ItemLoads, owned: Items, known: Mapping[loads.LoadKey, float]) -> None:
-    """The known loads of a member's items (its own report, else the last reported by anyone)."""
+def _put_loads(
+    gm: common_pb2.GroupMember,
+    owned: Items,
+    known: Mapping[loads.LoadKey, float],
+    weights: Mapping[str, float],
+    summarise: bool,
+) -> None:
+    """The known loads of a member's items (its own report, else the last reported by anyone).
+    ``summarise`` (the member owns exactly its target): its GroupMember.load_summary too, from the
+    same pass -- what it puts is what the request carries of its target, so these are the sums
+    ``services.assignor.load_summary`` makes of it, to the bit (exactly rounded). A member that
+    owns something else gets none: the assignor sums its target task by task."""
+    out = gm.item_loads
+    connector_loads: list[float] = []
+    task_loads: list[float] = []
+    unknown: list[float] = []  # (with weights: the weights of its tasks without a load)
     for c in sorted(owned.connectors):
         load = known.get((c, loads.CONNECTOR))
         if load is not None:
             out.loads.add(connector=c, load=load)
+            connector_loads.append(load)
     for t in sorted(owned.tasks):
         load = known.get(t)
         if load is not None:
             out.loads.add(connector=t.connector, task=t.task, load=load)
+            task_loads.append(load)
+        elif weights:
+            unknown.append(weights.get(t.connector, 1.0))
+    if summarise:
+        summary = gm.load_summary
+        summary.known_load = math.fsum(task_loads)
+        summary.unknown_weight = math.fsum(unknown) if weights else float(len(owned.tasks) - len(task_loads))
+        summary.connector_load = math.fsum(connector_loads)
 
 
 def send_items_once(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignRequest:

@@ -25,11 +25,14 @@ without loads is not sampled, so never logs it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from itertools import repeat
+from operator import itemgetter
 
 from connect.coordinator.v1 import common_pb2, coordinator_pb2
 from services.assignor import LOAD_BALANCED, within_ratio
+from services.common.items import TaskId
 from services.coordinator.core.errors import clip, invalid
 from services.coordinator.core.records import MemberMetadataValue
 from services.coordinator.core.state import Group, LoadWatch, Member
@@ -169,6 +172,12 @@ def imbalanced(loads: Mapping[str, tuple[float, float, int]], ratio: float) -> b
     if len(loads) < 2 or math.fsum(load for load, _, _ in loads.values()) <= 0:
         return False
     return not within_ratio(list(loads.values()), ratio)
+
+
+def weight_of(tasks: Iterable[TaskId], weights: Mapping[str, float]) -> float:
+    """The tasks' weights summed exactly (unset: 1.0): a load summary's unknown_weight while no load
+    is known (services.assignor.load_summary's sum)."""
+    return math.fsum(map(weights.get, map(itemgetter(0), tasks), repeat(1.0)))
 
 
 def has_loads(group: Group) -> bool:
