@@ -64,6 +64,8 @@ from services.common.items import Items, TaskId
 _RECEIVERS = 8
 # Members set aside in a row, no step made, before a run gives up (bounds a run that cannot improve).
 _MAX_SET_ASIDE = 64
+# The set-aside reads the members by ratio this many at a time.
+_SLICE = 4096
 # Relative slack on float comparisons, so that rounding never makes a step or the goal flip.
 _EPS = 1e-9
 
@@ -98,8 +100,19 @@ def _all_finite_non_negative(values: Collection[float], total: float | None = No
 def check_load_input(inp: AssignInput) -> float:
     """Raises InvalidLoadInput naming the field for a negative, NaN or infinite number, a capacity
     that is not > 0, a ratio below 1 or negative limits. Returns the sum of ``task_loads``."""
+    _check_capacities(inp.members)
     check_summaries(inp.members)
     return _check_numbers(inp)
+
+
+def _check_capacities(members: Sequence[Member], capacities: list[float] | None = None) -> None:
+    """InvalidLoadInput naming the member for a capacity that is not a finite number > 0
+    (``capacities``: theirs, if read already)."""
+    if capacities is None:
+        capacities = list(map(_capacity, members))
+    if capacities and not (min(capacities) > 0 and math.isfinite(sum(capacities))):
+        m = next(m for m in members if not (math.isfinite(m.capacity) and m.capacity > 0))
+        raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be a finite number > 0, got {m.capacity}")
 
 
 def check_summaries(members: Sequence[Member]) -> None:
@@ -118,11 +131,7 @@ def check_summaries(members: Sequence[Member]) -> None:
 
 
 def _check_numbers(inp: AssignInput) -> float:
-    """``check_load_input`` but for the summaries (the run checks them as it reads them)."""
-    capacities = list(map(_capacity, inp.members))
-    if capacities and not (min(capacities) > 0 and math.isfinite(sum(capacities))):
-        m = next(m for m in inp.members if not (math.isfinite(m.capacity) and m.capacity > 0))
-        raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be a finite number > 0, got {m.capacity}")
+    """``check_load_input`` but for the capacities and summaries (the run checks them as it reads them)."""
     task_load = sum(inp.task_loads.values())  # (the run's unit reads it)
     for name, table in (
         ("task_loads", inp.task_loads),
@@ -188,6 +197,7 @@ def assign_load_balanced(inp: AssignInput, *, reference: bool = False) -> Assign
     set-aside by a sort of all members): the same answer, slower; the tests hold one to the other."""
     task_load = _check_numbers(inp)
     if not loads_known(inp):
+        _check_capacities(inp.members)
         check_summaries(inp.members)
         return assign_incremental(inp)
     plan = plan_run(inp)
@@ -226,6 +236,7 @@ class _LoadRun:
         self.moves: Moves[TaskId] = Moves({}, {}, [])
         self.steps: list[LoadMove] = []
         self.capacity = list(map(_capacity, plan.members))
+        _check_capacities(plan.members, self.capacity)
         self.racks = plan.racks
         weights = inp.task_weights
         known = inp.task_loads
@@ -241,16 +252,17 @@ class _LoadRun:
         # not a load per task. The others are summed task by task, by the same exactly rounded sums.
         summaries = list(map(_summary, plan.members))
         held = self.held
-        columns: list[tuple[float, ...]] | None = None
+        columns: list[list[float]] | None = None
         if n and all(summaries):  # (every member carries one: read field by field, and checked so)
-            columns = list(zip(*cast(list[MemberLoadSummary], summaries), strict=True))
+            columns = [list(map(itemgetter(k), cast(list[MemberLoadSummary], summaries))) for k in range(3)]
             if not all(map(_all_finite_non_negative, columns)):
                 check_summaries(inp.members)  # (raises, naming the member as the input lists it)
         else:
             check_summaries(inp.members)
-        summed = list(map(bool, summaries))
+        summed = list(map(bool, summaries)) if columns is None else [True] * n
         # (tasks: the member's base is its target's own object; connectors: that, and no count move)
-        usable = list(map(and_, summed, map(is_, map(_target_tasks, plan.members), held))) if any(summed) else summed
+        is_target = map(is_, map(_target_tasks, plan.members), held)
+        usable = list(is_target if columns is not None else map(and_, summed, is_target))
         known_load: Sequence[float]
         unknown_weight: Sequence[float]
         if columns is not None and all(usable):
@@ -260,7 +272,10 @@ class _LoadRun:
             unknown_weight = uw = _from_summaries(summaries, usable, "unknown_weight")
             for i in compress(range(n), map(not_, usable)):
                 kl[i], uw[i] = _task_parts(held[i], known, weights)
-        tasks_load = list(map(add, known_load, map(mul, unknown_weight, repeat(unit))))
+        if any(unknown_weight):
+            tasks_load = list(map(add, known_load, map(mul, unknown_weight, repeat(unit))))
+        else:  # (every task's load known: x + 0.0 x unit is x)
+            tasks_load = list(known_load)
         connector_loads = inp.connector_loads
         if connector_loads:
             usable = list(map(and_, summed, map(is_, map(_target_connectors, plan.members), plan.base.connectors)))
@@ -276,7 +291,8 @@ class _LoadRun:
         else:
             self.load_of = tasks_load  # (0.0 + x is x)
         # load / capacity by position, kept with ``load_of`` (a list read by C-level passes).
-        self.ratios = list(map(truediv, self.load_of, self.capacity))
+        self.uniform = self.capacity.count(1.0) == n  # (x / 1.0 is x)
+        self.ratios = list(self.load_of) if self.uniform else list(map(truediv, self.load_of, self.capacity))
         # Members' tasks as changed in this run (the others: ``held``), built only when asked.
         self._tasks: dict[int, set[TaskId]] = {}
         self.rack_counts: RackCounts | None = None
@@ -401,7 +417,7 @@ class _LoadRun:
         sum_load, sum_capacity = self._set_aside_single(top.order, active, sum_load, sum_capacity)
         set_aside = 0
         while budget > 0 and sum_capacity > 0 and set_aside < _MAX_SET_ASIDE:
-            m, low = _first_valid(top, active, ratios, -1.0), _first_valid(bottom, active, ratios, 1.0)
+            m, low = top.first_valid(active, ratios, -1.0), bottom.first_valid(active, ratios, 1.0)
             if m is None or low is None:
                 break
             mean = sum_load / sum_capacity
@@ -457,7 +473,7 @@ class _LoadRun:
         order), and the first at or below the ratio of what is left."""
         limit = self.inp.load_balance_ratio
         ratios, capacity = self.ratios, self.capacity
-        widest = max(capacity)
+        widest = 1.0 if self.uniform else max(capacity)
         if self.reference:
             for i in order:
                 if sum_capacity <= 0 or ratios[i] <= limit * sum_load / sum_capacity * (1 + _EPS):
@@ -470,22 +486,28 @@ class _LoadRun:
         counts = list(map(len, self.held))
         for i, ts in self._tasks.items():
             counts[i] = len(ts)
-        single = list(map((1).__eq__, counts))
-        if min(capacity) < widest:
-            single = list(map(and_, single, map(widest.__le__, capacity)))
-        singles = list(compress(order, map(single.__getitem__, order)))
-        if not singles:
-            return sum_load, sum_capacity
-        loads_left = list(accumulate(map(self.load_of.__getitem__, singles), sub, initial=sum_load))
-        capacity_left = list(accumulate(map(capacity.__getitem__, singles), sub, initial=sum_capacity))
-        # (the first with no capacity left stops it; before that, the first at or below the ratio)
-        stop = next(compress(count(), map((0.0).__ge__, capacity_left)), len(singles))
-        thresholds = map(
-            mul, map(truediv, map(mul, repeat(limit), loads_left[:stop]), capacity_left[:stop]), repeat(1 + _EPS)
-        )
-        k = next(compress(count(), map(le, map(ratios.__getitem__, singles[:stop]), thresholds)), stop)
-        deque(map(active.__setitem__, singles[:k], repeat(False)), maxlen=0)
-        return loads_left[k], capacity_left[k]
+        narrow = not self.uniform and min(capacity) < widest
+        # (``order`` a slice at a time: the members set aside are at its head, usually in the first)
+        for at in range(0, len(order), _SLICE):
+            part = order[at : at + _SLICE]
+            singles = list(compress(part, map((1).__eq__, map(counts.__getitem__, part))))
+            if narrow:
+                singles = list(compress(singles, map(widest.__le__, map(capacity.__getitem__, singles))))
+            if not singles:
+                continue
+            loads_left = list(accumulate(map(self.load_of.__getitem__, singles), sub, initial=sum_load))
+            capacity_left = list(accumulate(map(capacity.__getitem__, singles), sub, initial=sum_capacity))
+            # (the first with no capacity left stops it; before that, the first at or below the ratio)
+            stop = next(compress(count(), map((0.0).__ge__, capacity_left)), len(singles))
+            thresholds = map(
+                mul, map(truediv, map(mul, repeat(limit), loads_left[:stop]), capacity_left[:stop]), repeat(1 + _EPS)
+            )
+            k = next(compress(count(), map(le, map(ratios.__getitem__, singles[:stop]), thresholds)), stop)
+            deque(map(active.__setitem__, singles[:k], repeat(False)), maxlen=0)
+            sum_load, sum_capacity = loads_left[k], capacity_left[k]
+            if k < len(singles):
+                break
+        return sum_load, sum_capacity
 
     def _best_step(
         self, m: int, receivers: list[int], cooling: set[TaskId], budget: int
@@ -514,8 +536,14 @@ class _LoadRun:
         outs: list[tuple[float, tuple[TaskId, ...]]] = [(load, (t,)) for load, t in givable]
         outs += [(a[0] + b[0], (a[1], b[1])) for a, b in itertools.combinations(givable, 2)]
         swap: tuple[int, float, int, tuple[TaskId, ...], tuple[TaskId, ...]] | None = None
+        lightest = givable[-1][0]  # (the lightest way out: a single task)
         for b in receivers:
             cb, lb = self.capacity[b], self.load_of[b]
+            # b ends with at least what it takes (what comes back is part of its load), so a way out
+            # at or above ``ceiling`` x cb cannot lower the maximum (the margin: far above rounding).
+            # A giver of one task to a receiver of no more capacity has none: nothing to look at.
+            if lightest * (1 - _EPS) >= ceiling * cb:
+                continue
             takeable = sorted((self.load(u), u) for u in self.tasks(b) if u not in cooling)
             backs: list[tuple[float, tuple[TaskId, ...]]] = [(load, (u,)) for load, u in takeable]
             backs += [(x[0] + y[0], (x[1], y[1])) for x, y in itertools.combinations(takeable, 2)]
@@ -553,63 +581,89 @@ class _Heap:
     def push(self, entry: tuple[float, int]) -> None:
         heapq.heappush(self.heap, entry)
 
+    def first_valid(self, active: list[bool], ratios: list[float], sign: float) -> int | None:
+        """The position of the least entry that is active and holds its ratio now (key: ``sign`` x
+        ratio), the entries before it popped; None if there is none."""
+        while self:
+            key, i = self.peek()
+            if active[i] and key * sign == ratios[i]:
+                return i
+            self.pop()
+        return None
+
 
 class _SortedHeap(_Heap):
     """The same heap, started with every member's entry without building it: the entries not popped
-    yet of ``order`` (the positions sorted by (key, position), read from ``at``), and the pushed
-    ones in a heap of their own; ``peek`` and ``pop`` take the least of the two. A sort of the
-    positions (C-level, no tuple per member) costs less than the tuples and heap of all members."""
+    yet of ``order`` (the positions sorted by (key, position), read from ``at``; a key is
+    ``-start[i]`` if ``negate``, else ``start[i]``), and the pushed ones in a heap of their own;
+    ``peek`` and ``pop`` take the least of the two. A sort of the positions (C-level, no tuple per
+    member) costs less than the tuples and heap of all members."""
 
-    def __init__(self, keys: list[float], order: list[int]) -> None:
+    def __init__(self, start: list[float], order: list[int], negate: bool) -> None:
         super().__init__([], order)
-        self.keys = keys
+        self.start, self.negate = start, negate
         self.at = 0
 
     def __bool__(self) -> bool:
         return self.at < len(self.order) or bool(self.heap)
 
-    def peek(self) -> tuple[float, int]:
+    def _next(self) -> tuple[float, int] | None:
+        """The next entry of ``order`` if it is the least, else None."""
         if self.at < len(self.order):
             i = self.order[self.at]
-            entry = (self.keys[i], i)
+            entry = (-self.start[i] if self.negate else self.start[i], i)
             if not self.heap or entry <= self.heap[0]:
                 return entry
-        return self.heap[0]
+        return None
+
+    def peek(self) -> tuple[float, int]:
+        entry = self._next()
+        return self.heap[0] if entry is None else entry
 
     def pop(self) -> tuple[float, int]:
-        if self.at < len(self.order):
-            i = self.order[self.at]
-            entry = (self.keys[i], i)
-            if not self.heap or entry <= self.heap[0]:
-                self.at += 1
-                return entry
-        return heapq.heappop(self.heap)
+        entry = self._next()
+        if entry is None:
+            return heapq.heappop(self.heap)
+        self.at += 1
+        return entry
 
-
-def _first_valid(heap: _Heap, active: list[bool], ratios: list[float], sign: float) -> int | None:
-    """The position of ``heap``'s least entry that is active and holds its ratio now (key: ``sign``
-    x ratio), the entries before it popped; None if there is none."""
-    while heap:
-        key, i = heap.peek()
-        if active[i] and key * sign == ratios[i]:
-            return i
-        heap.pop()
-    return None
+    def first_valid(self, active: list[bool], ratios: list[float], sign: float) -> int | None:
+        # (``_Heap.first_valid`` with the entries of ``order`` read in place: after the set-aside
+        # thousands of them are skipped, and an entry of ``order`` is valid if its ratio is its start)
+        order, start, heap, negate = self.order, self.start, self.heap, self.negate
+        at, n = self.at, len(self.order)
+        while True:
+            if at < n:
+                i = order[at]
+                if not heap or ((-start[i] if negate else start[i]), i) <= heap[0]:
+                    if active[i] and start[i] == ratios[i]:
+                        self.at = at
+                        return i
+                    at += 1
+                    continue
+            if not heap:
+                self.at = at
+                return None
+            key, i = heap[0]
+            if active[i] and key * sign == ratios[i]:
+                self.at = at
+                return i
+            heapq.heappop(heap)
 
 
 def _queues(ratios: list[float], reference: bool) -> tuple[_Heap, _Heap]:
     """The heaps of the members by (-ratio, position) and by (ratio, position), and the positions in
     the first order. The reference path builds both heaps from every member's entry."""
-    negated = list(map(neg, ratios))
-    order = sorted(range(len(ratios)), key=negated.__getitem__)  # (a stable sort: ties by position)
-    # (``order`` sorted again by ratio: ties stay by position, and a sort of reversed runs is linear)
+    # (stable sorts, C-level: ties stay by position, reversed too; and ``order`` sorted again by
+    # ratio is a sort of reversed runs, linear)
+    order = sorted(range(len(ratios)), key=ratios.__getitem__, reverse=True)
     ascending = sorted(order, key=ratios.__getitem__)
     if reference:
         n = len(ratios)
-        return _Heap(list(zip(negated, range(n), strict=True)), order), _Heap(
-            list(zip(ratios, range(n), strict=True)), ascending
-        )
-    return _SortedHeap(negated, order), _SortedHeap(ratios.copy(), ascending)  # (the keys as they are now)
+        top = _Heap(list(zip(map(neg, ratios), range(n), strict=True)), order)
+        return top, _Heap(list(zip(ratios, range(n), strict=True)), ascending)
+    start = ratios.copy()  # (the keys as they are now)
+    return _SortedHeap(start, order, negate=True), _SortedHeap(start, ascending, negate=False)
 
 
 def _from_summaries(summaries: Sequence[MemberLoadSummary | None], usable: Sequence[bool], name: str) -> list[float]:

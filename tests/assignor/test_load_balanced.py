@@ -7,6 +7,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import event, given, settings
@@ -21,6 +22,7 @@ from services.assignor import (
     AssignOutput,
     InvalidLoadInput,
     Member,
+    _load,
     assign,
     compute,
 )
@@ -156,6 +158,13 @@ history = st.lists(
     st.tuples(st.sampled_from([0, 1_000, COOLDOWN // 2, COOLDOWN]), st.sampled_from(["same", "join", "leave", "load"])),
     min_size=1,
     max_size=8,
+)
+# A group, racks for its members, a history of changes and a seed (the reference-path tests).
+histories = (
+    groups(max_members=8, max_tasks=24),
+    st.lists(st.sampled_from(["r1", "r2", None]), max_size=8),
+    history,
+    st.integers(0, 10**6),
 )
 
 
@@ -296,12 +305,7 @@ def test_the_cooldown_travels_in_the_state_and_expires() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    groups(max_members=8, max_tasks=24),
-    st.lists(st.sampled_from(["r1", "r2", None]), max_size=8),
-    history,
-    st.integers(0, 10**6),
-)
+@given(*histories)
 def test_the_optimised_path_gives_the_reference_paths_answer(
     sim: Sim, racks: list[str | None], steps: list[tuple[int, str]], seed: int
 ) -> None:
@@ -309,8 +313,53 @@ def test_the_optimised_path_gives_the_reference_paths_answer(
     by C-level passes instead of one by one, the heaps started from a sort of the members instead of
     a tuple each) change nothing: the same targets, state and load moves as the straightforward
     path, run after run (joins, leaves, load changes, racks, capacities)."""
+    _same_as_the_reference_path(sim, racks, steps, seed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(*histories)
+def test_the_set_aside_read_a_few_members_at_a_time_gives_the_reference_paths_answer(
+    sim: Sim, racks: list[str | None], steps: list[tuple[int, str]], seed: int
+) -> None:
+    """The set-aside reads the members by ratio 4,096 at a time: one at a time (slices of small
+    groups too), still the straightforward path's answer."""
+    with patch.object(_load, "_SLICE", 1):
+        _same_as_the_reference_path(sim, racks, steps, seed)
+
+
+def _same_as_the_reference_path(sim: Sim, racks: list[str | None], steps: list[tuple[int, str]], seed: int) -> None:
     sim.racks = {m: r for m, r in zip(sorted(sim.capacity), racks, strict=False) if r is not None}
     for advance, change in [(0, "same"), *steps]:
         sim.apply(advance, change, seed)
         expected = assign_load_balanced(sim.input(), reference=True)
         assert sim.assign() == expected
+
+
+@pytest.mark.parametrize("slice_size", [1, 2, 4096])
+def test_the_set_aside_of_single_heavy_tasks_matches_the_member_by_member_walk(slice_size: int) -> None:
+    """Three workers of one heavy task each (100, 90, 80) above the ratio one after the other, the
+    mean recomputed without each: the C-level passes, a slice at a time, set aside what the walk
+    through all members does, and leave the same load and capacity."""
+    a = [TaskId("a", i) for i in range(3)]
+    b = [TaskId("b", i) for i in range(20)]
+    target = {f"m{i}": Items(frozenset(), frozenset([a[i]])) for i in range(3)}
+    target |= {f"m{3 + i}": Items(frozenset(), frozenset(b[4 * i : 4 * i + 4])) for i in range(5)}
+    loads = {a[0]: 100.0, a[1]: 90.0, a[2]: 80.0} | dict.fromkeys(b, 1.0)
+    inp = AssignInput(
+        members=[*(Member(m, target=t) for m, t in target.items()), Member("new")],
+        connectors={"a": 3, "b": 20},
+        previous_target=target,
+        task_loads=loads,
+        targets_checked=True,
+    )
+    outcomes = []
+    for reference in (True, False):
+        plan = _load.plan_run(inp)
+        run = _load._LoadRun(inp, plan, _load.balance_connectors(plan), reference=reference)
+        active = [True] * len(run.ratios)
+        order = sorted(range(len(run.ratios)), key=run.ratios.__getitem__, reverse=True)
+        with patch.object(_load, "_SLICE", slice_size):
+            left = run._set_aside_single(order, active, math.fsum(run.load_of), math.fsum(run.capacity))
+        outcomes.append((active, left))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0][:3] == [False, False, False] and all(outcomes[0][0][3:])

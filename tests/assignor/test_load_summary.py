@@ -25,7 +25,7 @@ from services.assignor import (
 )
 from services.assignor._load import assign_load_balanced
 from services.common.items import EMPTY, Items, TaskId
-from tests.assignor.test_load_balanced import Sim, groups, history
+from tests.assignor.test_load_balanced import Sim, histories
 
 
 def summarised(inp: AssignInput, rng: random.Random | None = None) -> AssignInput:
@@ -42,10 +42,7 @@ def summarised(inp: AssignInput, rng: random.Random | None = None) -> AssignInpu
 
 @settings(max_examples=200, deadline=None)
 @given(
-    groups(max_members=8, max_tasks=24),
-    st.lists(st.sampled_from(["r1", "r2", None]), max_size=8),
-    history,
-    st.integers(0, 10**6),
+    *histories,
     st.booleans(),
     st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from([0.0, 0.5, 1.0, 3.0]), max_size=2),
     st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 30).map(float), max_size=2),
