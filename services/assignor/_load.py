@@ -236,7 +236,9 @@ class _LoadRun:
         self.moves: Moves[TaskId] = Moves({}, {}, [])
         self.steps: list[LoadMove] = []
         self.capacity = list(map(_capacity, plan.members))
-        _check_capacities(plan.members, self.capacity)
+        self.uniform = self.capacity.count(1.0) == n  # (every capacity 1: x / 1.0 is x, n ones sum to n)
+        if not self.uniform:
+            _check_capacities(plan.members, self.capacity)
         self.racks = plan.racks
         weights = inp.task_weights
         known = inp.task_loads
@@ -291,7 +293,6 @@ class _LoadRun:
         else:
             self.load_of = tasks_load  # (0.0 + x is x)
         # load / capacity by position, kept with ``load_of`` (a list read by C-level passes).
-        self.uniform = self.capacity.count(1.0) == n  # (x / 1.0 is x)
         self.ratios = list(self.load_of) if self.uniform else list(map(truediv, self.load_of, self.capacity))
         # Members' tasks as changed in this run (the others: ``held``), built only when asked.
         self._tasks: dict[int, set[TaskId]] = {}
@@ -404,11 +405,12 @@ class _LoadRun:
         limit = inp.load_balance_ratio
         ratios = self.ratios
         sum_load = math.fsum(self.load_of)
-        sum_capacity = math.fsum(self.capacity)
+        sum_capacity = float(n) if self.uniform else math.fsum(self.capacity)  # (n ones sum to n exactly)
         if sum_capacity <= 0:
             return
         mean = sum_load / sum_capacity
-        if not self.reference and max(ratios) <= limit * mean * (1 + _EPS) and min(ratios) * limit >= mean * (1 - _EPS):
+        # (the least first: after a join it is the newcomer's 0, and the greatest is not looked for)
+        if not self.reference and min(ratios) * limit >= mean * (1 - _EPS) and max(ratios) <= limit * mean * (1 + _EPS):
             return  # within the ratio already: the loop's first test, without building its heaps
         now, cooldown = inp.now_ms, inp.load_cooldown_ms
         cooling = {t for t, ms in inp.state.moved_at.items() if now - ms < cooldown}
@@ -483,14 +485,15 @@ class _LoadRun:
                     sum_load -= self.load_of[i]
                     sum_capacity -= capacity[i]
             return sum_load, sum_capacity
-        counts = list(map(len, self.held))
-        for i, ts in self._tasks.items():
-            counts[i] = len(ts)
+        held, changed = self.held, self._tasks
         narrow = not self.uniform and min(capacity) < widest
         # (``order`` a slice at a time: the members set aside are at its head, usually in the first)
         for at in range(0, len(order), _SLICE):
             part = order[at : at + _SLICE]
-            singles = list(compress(part, map((1).__eq__, map(counts.__getitem__, part))))
+            counts = list(map(len, map(held.__getitem__, part)))
+            for j in compress(range(len(part)), map(changed.__contains__, part)) if changed else ():
+                counts[j] = len(changed[part[j]])
+            singles = list(compress(part, map((1).__eq__, counts)))
             if narrow:
                 singles = list(compress(singles, map(widest.__le__, map(capacity.__getitem__, singles))))
             if not singles:
