@@ -128,6 +128,9 @@ class Simulation:
         # Classic workers running work under a member id the coordinator no longer has, since when
         # (by (worker, incarnation)): see checkers._check_classic_workers.
         self.zombies: dict[tuple[int, int], int] = {}
+        # The classic group's members as last seen while a coordinator served it (zombies are judged
+        # against it while none does: a crashed coordinator's group is what it stored).
+        self.classic_members_seen: frozenset[str] = frozenset()
         # Some seeds run 2-3 coordinator replicas over one database (SPEC §10), with their own faults
         # (pauses past the lease, graceful stops): also decided apart from the scenario's draws.
         replica_rng = random.Random(f"{scenario.seed}/replicas")
