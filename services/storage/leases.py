@@ -140,7 +140,7 @@ def run_cycle(
             )
     scan = read_scan(conn, now)
     plan = decide(scan)
-    renewed = _renew(conn, replica_id, address, plan.renew, now, expires)
+    renewed = _renew(conn, replica_id, address, plan.renew, now, expires, exclusive=exclusive)
     released: list[int] = []
     for p, epoch in sorted(plan.release.items()):
         hit = conn.execute(
@@ -171,20 +171,28 @@ def run_cycle(
 
 
 def _renew(
-    conn: Connection, replica_id: str, address: str, held: Mapping[int, int], now: int, expires: int
+    conn: Connection,
+    replica_id: str,
+    address: str,
+    held: Mapping[int, int],
+    now: int,
+    expires: int,
+    *,
+    exclusive: bool = False,
 ) -> dict[int, int]:
     """Renew every lease in `held` (partition -> epoch) still this replica's at that epoch and
     unexpired, in one UPDATE (a cycle each second renews every partition a replica holds: one
-    statement, not one per partition); returns those renewed."""
+    statement, not one per partition); returns those renewed. `exclusive` (SQLite: the file is
+    locked by this process): an expired row is renewed too -- nobody else can have taken it, and a
+    cycle that came late (a long load holding the interpreter) must not make the replica drop
+    and reload every group it serves."""
     if not held:
         return {}
     leases = models.LEASES_TABLE
     pairs = sorted(held.items())
-    mine = (
-        (leases.c.owner == replica_id)
-        & (leases.c.expires_ms > now)
-        & tuple_(leases.c.partition, leases.c.epoch).in_(pairs)
-    )
+    mine = (leases.c.owner == replica_id) & tuple_(leases.c.partition, leases.c.epoch).in_(pairs)
+    if not exclusive:
+        mine = mine & (leases.c.expires_ms > now)
     if conn.dialect.name == "postgresql":
         # Lock the rows in partition order first, as an acquisition does (one row at a time, in
         # order): one UPDATE would lock them in the table's physical order, and two replicas taking
@@ -202,9 +210,10 @@ def _renew(
     return {int(p): int(e) for p, e in sorted(rows)}
 
 
-def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> None:
+def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int], *, exclusive: bool = False) -> None:
     """Inside a write transaction: every partition of the batch must still be leased to this
-    replica at the expected epoch and unexpired (database clock), else FencedError (roll back)."""
+    replica at the expected epoch and unexpired (database clock), else FencedError (roll back).
+    `exclusive` (SQLite, one process per file): owner and epoch decide, not the expiry."""
     if not fence:
         return
     clock = conn.get_execution_options().get("db_clock")
@@ -218,7 +227,7 @@ def check_fence(conn: Connection, replica_id: str, fence: Mapping[int, int]) -> 
             refused[p] = "no such partition"
         elif row[1] != replica_id or int(row[2]) != epoch:
             refused[p] = f"held by {row[1] or 'nobody'} at epoch {row[2]}, not this replica at epoch {epoch}"
-        elif int(row[3]) <= now:
+        elif int(row[3]) <= now and not exclusive:
             refused[p] = "the lease expired"
     if refused:
         raise FencedError(refused)

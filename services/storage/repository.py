@@ -322,10 +322,13 @@ class Storage:
 
     # ---- write ----------------------------------------------------------------------------------
 
-    def write(self, records: Sequence[Record], fence: tuple[str, Mapping[int, int]] | None = None) -> None:
+    def write(
+        self, records: Sequence[Record], fence: tuple[str, Mapping[int, int]] | None = None, *, exclusive: bool = False
+    ) -> None:
         """Store a batch atomically: all of it or (raising StorageError) none of it. `fence`:
         (replica id, partition -> epoch): checked in the same transaction; a lease lost meanwhile
-        raises `leases.FencedError` and nothing is written."""
+        raises `leases.FencedError` and nothing is written. `exclusive`: the replica is the only
+        process on the database (SQLite's file lock): owner and epoch are checked, not the expiry."""
         try:
             plan = compact(records)
         except StorageError:
@@ -338,7 +341,7 @@ class Storage:
         try:
             with self._locked(), self._connect(write=True) as conn, conn.begin():
                 if fence is not None:
-                    leases.check_fence(conn, fence[0], fence[1])
+                    leases.check_fence(conn, fence[0], fence[1], exclusive=exclusive)
                 self._apply(conn, plan)
         except leases.FencedError:
             raise

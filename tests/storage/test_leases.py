@@ -111,6 +111,37 @@ def test_an_expired_lease_fences_writes_even_before_anyone_takes_it(storage: Sto
         storage.write(records(gid, 1), fence=fence)
 
 
+def test_the_only_replica_keeps_its_leases_through_a_cycle_that_came_late(storage: Storage) -> None:
+    """SQLite's one replica (`exclusive`: its process locks the file) whose cycle came after its
+    leases' expiry in the database -- a long load held the interpreter -- renews them at the same
+    epochs and its writes go on: before, it lost every partition to itself and dropped and reloaded
+    every group it served (a CI run of tests/e2e/test_recovery_scale.py). Another replica's row, or
+    another epoch, is still refused."""
+    storage.init_cluster(COUNT, COUNT)
+    a = PartitionTable("a", "a:8470", COUNT, 300, exclusive=True)
+    started = time.monotonic_ns() // 1_000_000
+    a.apply(storage.lease_cycle("a", a.address, 300, a.plan, exclusive=True), started)
+    epochs = {p: h.epoch for p, h in a.held.items()}
+    assert sorted(epochs) == list(range(COUNT))
+    for p in epochs:
+        a.loaded(p, epochs[p])
+    gid = group_in(2)
+    fence = ("a", a.fence([gid]))
+    time.sleep(0.4)  # every row has expired in the database
+    storage.write(records(gid, 1), fence=fence, exclusive=True)  # owner and epoch decide
+    with pytest.raises(FencedError, match="expired"):  # a replica among others: the expiry decides
+        storage.write(records(gid, 2), fence=fence)
+    with pytest.raises(FencedError, match="not this replica"):
+        storage.write(records(gid, 3), fence=("b", fence[1]), exclusive=True)
+    started = time.monotonic_ns() // 1_000_000
+    changes = a.apply(storage.lease_cycle("a", a.address, 300, a.plan, exclusive=True), started)
+    assert changes.lost == () and changes.acquired == ()
+    assert {p: h.epoch for p, h in a.held.items()} == epochs
+    assert {lease.partition: lease.epoch for lease in storage.read_leases().leases} == epochs
+    # Renewed in the database too: a non-exclusive write within the new lease passes.
+    storage.write(records(gid, 4), fence=fence)
+
+
 def test_leaving_releases_everything_and_deregisters(storage: Storage) -> None:
     storage.init_cluster(COUNT, COUNT)
     a = replica(storage, "a")

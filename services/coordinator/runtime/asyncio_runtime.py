@@ -604,7 +604,12 @@ class CoordinatorRuntime:
             while (batch := self.machine.next_batch()) is not None:
                 started = time.perf_counter()
                 try:
-                    await asyncio.to_thread(self.storage.write, batch.records, self._fence(batch.records))
+                    await asyncio.to_thread(
+                        self.storage.write,
+                        batch.records,
+                        self._fence(batch.records),
+                        exclusive=self.replica is not None and self.replica.exclusive,
+                    )
                 except FencedError as e:
                     self.metrics.fenced_writes.inc()
                     log.warning("a write of %d records was refused: %s", len(batch.records), e)
