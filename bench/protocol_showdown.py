@@ -12,7 +12,8 @@ Each mode gets its own `connect-coordinator serve` (SQLite, its own database) wi
 worker, each writing its status file, sampled every ~15 ms by this process. Workload: 10 workers,
 10 connectors x 10 tasks (--large: 30 workers, 30 x 20; --quick: 3 workers, 3 x 4, modes eager and
 push, scenario scale_out). Scenarios, in this order on one group per mode:
-  scale_out        one more worker starts (trigger: its first status write, just before it joins);
+  scale_out        one more worker starts (trigger: its run began, its status file's started_unix_s,
+                   written before it joins);
   kill             one worker is SIGKILLed (trigger: the kill);
   rolling_restart  every worker in turn, as Kubernetes does it: SIGTERM, wait for the exit, start
                    it again (same instance id when static), wait until it runs work (at most
@@ -296,8 +297,15 @@ class Sampler:
             return SlotView()  # the file of an earlier process of this slot
         key = (slot, pid)
         if key not in self.first_write:
-            # The process writes its file first thing in run(), before it joins (seq 1).
-            self.first_write[key] = float(doc["updated_unix_s"]) if doc.get("seq") == 1 else time.time()
+            # The process writes its file first thing in run(), before it joins, with the time its
+            # run began (`started_unix_s`). Not the time of this read: on a busy machine the first
+            # read can come after the join, the hand-over and even the items' restart, and a trigger
+            # dated then leaves the stops before it out of the status figures (CI, 2026-11-27: push
+            # scale_out, "items_stopped: job 3 != status 2").
+            started = doc.get("started_unix_s")
+            if started is None and doc.get("seq") == 1:
+                started = doc["updated_unix_s"]
+            self.first_write[key] = float(started) if started is not None else time.time()
         running = item_names(doc.get("running"))
         assigned = item_names(doc.get("assigned"))
         pending = item_names(doc.get("pending"))

@@ -34,19 +34,6 @@ def test_quick_showdown(spark: Any, tmp_path: Path) -> None:
     # items too (the coordinator names them in its event log).
     assert fig("push", "scale_out", "job", "items_stopped") >= 1
     assert fig("eager", "scale_out", "job", "items_stopped") == 3 + 12
-    # One slack, for the push items only: 1 of 3 CI runs on 2026-11-27 saw "push scale_out:
-    # items_stopped: job 3 != status 2" although the status files now count stops per item; the
-    # cause is not found yet (a move of the group's own formation just before the trigger, inside
-    # the job's lookback, is the suspect). Eager's 15 stops must still agree exactly, and every other
-    # figure within the stated tolerance.
-    strict = [d for d in result.disagreements if not _one_item_apart(d, "push scale_out: ")]
-    assert strict == [], "\n".join([*result.disagreements, *lines])
+    # Every figure within the stated tolerance, item counts exactly.
+    assert result.disagreements == [], "\n".join([*result.disagreements, *lines])
     assert result.gaps == []
-
-
-def _one_item_apart(line: str, prefix: str) -> bool:
-    """A disagreement of `prefix` on an item count by one item ("...: items_x: job N != status M")."""
-    if not line.startswith(prefix) or "items_" not in line or " != status " not in line:
-        return False
-    job, status = line.rsplit("job ", 1)[1].split(" != status ")
-    return abs(int(job) - int(status)) <= 1
