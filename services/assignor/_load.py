@@ -46,6 +46,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import struct
+import sys
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -81,28 +83,39 @@ def loads_known(inp: AssignInput) -> bool:
 
 _capacity = attrgetter("capacity")
 _summary = attrgetter("load_summary")
-_target_tasks = attrgetter("target.tasks")
-_target_connectors = attrgetter("target.connectors")
+_target = attrgetter("target")
 _SUMMARY_FIELDS = ("known_load", "unknown_weight", "connector_load")
 
 
-def _all_finite_non_negative(values: Collection[float], total: float | None = None) -> bool:
-    """Whether ``values`` (summing to ``total``, if given) are all finite and >= 0."""
-    # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
-    # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
+def _all_finite_non_negative(values: Collection[float]) -> bool:
+    """Whether ``values`` are all finite and >= 0."""
     if not values:
         return True
-    return min(values) >= 0 and (
-        math.isfinite(sum(values) if total is None else total) or all(map(math.isfinite, values))
-    )
+    try:
+        # (one C-level pass: the values packed as doubles, and the byte of each that holds the sign
+        # and the exponent's top bits read off; below 0x7F it is a number >= +0.0 and < 2 ** 1009,
+        # finite. Only otherwise -- -0.0, a bad or a huge value -- is each value compared)
+        if not struct.pack(f"={len(values)}d", *values)[_SIGN_BYTE::8].translate(None, _BELOW_7F):
+            return True
+    except struct.error:
+        pass
+    # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
+    # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
+    return min(values) >= 0 and (math.isfinite(sum(values)) or all(map(math.isfinite, values)))
 
 
-def check_load_input(inp: AssignInput) -> float:
+# The byte of a packed double that holds its sign and the exponent's top 7 bits, and the bytes that
+# leave it a finite number >= +0.0 (sign 0, exponent below all ones).
+_SIGN_BYTE = 7 if sys.byteorder == "little" else 0
+_BELOW_7F = bytes(range(0x7F))
+
+
+def check_load_input(inp: AssignInput) -> None:
     """Raises InvalidLoadInput naming the field for a negative, NaN or infinite number, a capacity
-    that is not > 0, a ratio below 1 or negative limits. Returns the sum of ``task_loads``."""
+    that is not > 0, a ratio below 1 or negative limits."""
     _check_capacities(inp.members)
     check_summaries(inp.members)
-    return _check_numbers(inp)
+    _check_numbers(inp)
 
 
 def _check_capacities(members: Sequence[Member], capacities: list[float] | None = None) -> None:
@@ -130,15 +143,14 @@ def check_summaries(members: Sequence[Member]) -> None:
             raise InvalidLoadInput(f"members[{i}].load_summary.{name} must be a finite number >= 0, got {value}")
 
 
-def _check_numbers(inp: AssignInput) -> float:
+def _check_numbers(inp: AssignInput) -> None:
     """``check_load_input`` but for the capacities and summaries (the run checks them as it reads them)."""
-    task_load = sum(inp.task_loads.values())  # (the run's unit reads it)
     for name, table in (
         ("task_loads", inp.task_loads),
         ("connector_loads", inp.connector_loads),
         ("task_weights", inp.task_weights),
     ):
-        if not _all_finite_non_negative(table.values(), task_load if name == "task_loads" else None):
+        if not _all_finite_non_negative(table.values()):
             key, value = next((k, v) for k, v in sorted(table.items()) if not (math.isfinite(v) and v >= 0))
             raise InvalidLoadInput(f"{name}[{key!s}] must be a finite number >= 0, got {value}")
     if not (math.isfinite(inp.load_balance_ratio) and inp.load_balance_ratio >= 1.0):
@@ -147,7 +159,6 @@ def _check_numbers(inp: AssignInput) -> float:
         raise InvalidLoadInput(f"load_max_moves must be >= 0, got {inp.load_max_moves}")
     if inp.load_cooldown_ms < 0:
         raise InvalidLoadInput(f"load_cooldown_ms must be >= 0, got {inp.load_cooldown_ms}")
-    return task_load
 
 
 _task_connector = itemgetter(0)
@@ -195,14 +206,14 @@ def max_moves(inp: AssignInput) -> int:
 def assign_load_balanced(inp: AssignInput, *, reference: bool = False) -> AssignOutput:
     """The load-balanced answer. ``reference`` takes the straightforward path (no early exit, the
     set-aside by a sort of all members): the same answer, slower; the tests hold one to the other."""
-    task_load = _check_numbers(inp)
+    _check_numbers(inp)
     if not loads_known(inp):
         _check_capacities(inp.members)
         check_summaries(inp.members)
         return assign_incremental(inp)
     plan = plan_run(inp)
     connector_moves = balance_connectors(plan)
-    run = _LoadRun(inp, plan, connector_moves, reference=reference, task_load=task_load)
+    run = _LoadRun(inp, plan, connector_moves, reference=reference)
     run.place(sorted([*plan.fresh_tasks, *plan.released_tasks], key=lambda t: (-run.load(t), t)))
     if not plan.holding:
         run.spread()
@@ -226,7 +237,6 @@ class _LoadRun:
         plan: Plan,
         connector_moves: Moves[str],
         reference: bool = False,
-        task_load: float | None = None,
     ) -> None:
         self.inp, self.plan = inp, plan
         self.reference = reference
@@ -242,12 +252,7 @@ class _LoadRun:
         self.racks = plan.racks
         weights = inp.task_weights
         known = inp.task_loads
-        if known:
-            weight = sum(map(weights.get, map(_task_connector, known), repeat(1.0))) if weights else len(known)
-            unit = (sum(known.values()) if task_load is None else task_load) / weight if weight > 0 else 1.0
-        else:
-            unit = 1.0
-        self.unit = unit
+        self._unit: float | None = None  # (read only for a task without a load: ``unit``)
         # Each member's load: connector_load + known_load + unknown_weight x unit, of the connectors
         # it ends with and the tasks it holds. A member that keeps its target as given (its base is
         # the target's own object) and carries a summary of it is read from that: three numbers,
@@ -262,9 +267,13 @@ class _LoadRun:
         else:
             check_summaries(inp.members)
         summed = list(map(bool, summaries)) if columns is None else [True] * n
-        # (tasks: the member's base is its target's own object; connectors: that, and no count move)
-        is_target = map(is_, map(_target_tasks, plan.members), held)
-        usable = list(is_target if columns is not None else map(and_, summed, is_target))
+        # A member keeps its target as given when the run's target is its own (not the previous one
+        # it falls back to) and its lists were not rebuilt: they are then that target's own objects
+        # (what ``finish`` relies on too). Tasks: that; connectors: that, and no count move.
+        kept = list(map(is_, plan.targets, map(_target, plan.members)))
+        for i in plan.base.touched:
+            kept[i] = False
+        usable = kept if columns is not None else list(map(and_, summed, kept))
         known_load: Sequence[float]
         unknown_weight: Sequence[float]
         if columns is not None and all(usable):
@@ -275,12 +284,12 @@ class _LoadRun:
             for i in compress(range(n), map(not_, usable)):
                 kl[i], uw[i] = _task_parts(held[i], known, weights)
         if any(unknown_weight):
-            tasks_load = list(map(add, known_load, map(mul, unknown_weight, repeat(unit))))
+            tasks_load = list(map(add, known_load, map(mul, unknown_weight, repeat(self.unit))))
         else:  # (every task's load known: x + 0.0 x unit is x)
             tasks_load = list(known_load)
         connector_loads = inp.connector_loads
         if connector_loads:
-            usable = list(map(and_, summed, map(is_, map(_target_connectors, plan.members), plan.base.connectors)))
+            usable = list(map(and_, summed, kept))
             for i in (*connector_moves.revoked, *connector_moves.gained):
                 usable[i] = False
             total = _from_summaries(summaries, usable, "connector_load")
@@ -300,6 +309,21 @@ class _LoadRun:
         if self.racks is not None:  # (two declared racks or more: ``plan_run``)
             self.rack_counts = RackCounts(self.held, self.racks)
             self.rack_counts.cap = caps(inp.connectors, len(self.rack_counts.names))
+
+    @property
+    def unit(self) -> float:
+        """The mean load per unit of weight of the tasks with a load (1.0 without any): the load of a
+        task without one is its connector's weight times this. Summed when first asked for (after a
+        join every task's load is usually known, and nothing asks)."""
+        if self._unit is None:
+            known, weights = self.inp.task_loads, self.inp.task_weights
+            unit = 1.0
+            if known:
+                weight = sum(map(weights.get, map(_task_connector, known), repeat(1.0))) if weights else len(known)
+                if weight > 0:
+                    unit = sum(known.values()) / weight
+            self._unit = unit
+        return self._unit
 
     def load(self, task: TaskId) -> float:
         value = self.inp.task_loads.get(task)

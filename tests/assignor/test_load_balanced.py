@@ -291,6 +291,30 @@ def test_bad_load_input_is_refused_naming_the_field(change: dict[str, Any], mess
     assert str(e.value) == message
 
 
+@pytest.mark.parametrize("bad", [-5e-324, -1e-300, -math.inf, math.nan, math.inf])
+def test_a_bad_load_among_many_good_ones_is_refused(bad: float) -> None:
+    """The check reads the loads' packed sign and exponent bytes: a bad value anywhere among
+    thousands (the least negative double too) is refused naming it."""
+    loads = {TaskId("a", i): 1.0 + i for i in range(5000)}
+    loads[TaskId("a", 3210)] = bad
+    inp = AssignInput(members=[Member("m0")], connectors={"a": 5000}, task_loads=loads)
+    with pytest.raises(InvalidLoadInput) as e:
+        compute(LOAD_BALANCED, inp)
+    assert str(e.value) == f"task_loads[a-3210] must be a finite number >= 0, got {bad}"
+
+
+@pytest.mark.parametrize("odd", [-0.0, 0.0, 5e-324, 1e300, 2.0**1009, 1.7e308])
+def test_odd_but_valid_loads_are_accepted(odd: float) -> None:
+    """-0.0, the least and the greatest finite doubles are valid loads (the packed check leaves the
+    ones it cannot vouch for to the comparisons), an int too: the run places every task, as the
+    reference path does."""
+    loads = {TaskId("a", 0): odd, TaskId("a", 1): 3.5, TaskId("a", 2): 1.0, TaskId("a", 3): 2}
+    inp = AssignInput(members=[Member("m0"), Member("m1")], connectors={"a": 4}, task_loads=loads)
+    out = compute(LOAD_BALANCED, inp)
+    assert sorted(t for items in out.targets.values() for t in items.tasks) == sorted(loads)
+    assert assign_load_balanced(inp, reference=True) == out
+
+
 def test_the_cooldown_travels_in_the_state_and_expires() -> None:
     loads = {TaskId("a", 0): 10.0, TaskId("a", 1): 10.0, TaskId("a", 2): 1.0}
     sim = Sim({"a": 3}, {"m0": 1.0}, loads)
