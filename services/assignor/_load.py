@@ -52,7 +52,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import accumulate, compress, count, filterfalse, repeat
-from operator import add, and_, attrgetter, is_, itemgetter, le, mul, neg, not_, sub, truediv
+from operator import add, and_, attrgetter, eq, is_, itemgetter, le, mul, neg, not_, sub, truediv
 from typing import cast
 
 from services.assignor._balance import Moves
@@ -511,21 +511,27 @@ class _LoadRun:
             return sum_load, sum_capacity
         held, changed = self.held, self._tasks
         narrow = not self.uniform and min(capacity) < widest
+        whole = self.uniform and sum_capacity.is_integer()  # (and so stays: ones are taken off it)
         # (``order`` a slice at a time: the members set aside are at its head, usually in the first)
         for at in range(0, len(order), _SLICE):
             part = order[at : at + _SLICE]
             counts = list(map(len, map(held.__getitem__, part)))
             for j in compress(range(len(part)), map(changed.__contains__, part)) if changed else ():
                 counts[j] = len(changed[part[j]])
-            singles = list(compress(part, map((1).__eq__, counts)))
+            singles = list(compress(part, map(eq, counts, repeat(1))))
             if narrow:
                 singles = list(compress(singles, map(widest.__le__, map(capacity.__getitem__, singles))))
             if not singles:
                 continue
             loads_left = list(accumulate(map(self.load_of.__getitem__, singles), sub, initial=sum_load))
-            capacity_left = list(accumulate(map(capacity.__getitem__, singles), sub, initial=sum_capacity))
             # (the first with no capacity left stops it; before that, the first at or below the ratio)
-            stop = next(compress(count(), map((0.0).__ge__, capacity_left)), len(singles))
+            if whole:  # (every capacity 1 and a whole number left: what is left before each is that
+                # number less its index, exactly, and it runs out at the number's index)
+                capacity_left = list(map(sub, repeat(sum_capacity), range(len(singles) + 1)))
+                stop = min(max(int(sum_capacity), 0), len(singles))
+            else:
+                capacity_left = list(accumulate(map(capacity.__getitem__, singles), sub, initial=sum_capacity))
+                stop = next(compress(count(), map((0.0).__ge__, capacity_left)), len(singles))
             thresholds = map(
                 mul, map(truediv, map(mul, repeat(limit), loads_left[:stop]), capacity_left[:stop]), repeat(1 + _EPS)
             )
