@@ -9,7 +9,7 @@ stands for it, and when the anchor reaches the top it is pushed again at the key
 moment. A heartbeat then costs two dict operations, not a heap push (and a pop of the stale entry
 later). Each deadline keeps the sequence number of the `schedule` that set it, so the heap orders
 keys exactly as if every schedule had pushed: `next_deadline` is exact and keys due together fire
-in the order they were scheduled.
+in the order they were scheduled. The two are held as one int (a key's *stamp*, see `_SEQ_BITS`).
 """
 
 from __future__ import annotations
@@ -42,14 +42,23 @@ class TimerKey(NamedTuple):
     member_id: str = ""
 
 
+# A deadline and the sequence number of the `schedule` that set it, as one int, its *stamp*:
+# `deadline << _SEQ_BITS | seq` (0 <= seq < 2**63), ordered exactly as the pair (deadline, seq), also
+# for a negative deadline. One 40-byte int where a tuple of two held 88 bytes (the tuple and the
+# sequence number): a group of 10,000 members keeps one or two per member (its session's deadline,
+# and its anchor's when the session moved on), 1.3 MB with the heap's entries and the group index.
+_SEQ_BITS = 63
+
+
 class Timer:
     def __init__(self) -> None:
-        self._deadlines: dict[TimerKey, tuple[int, int]] = {}  # key -> (deadline, sequence number)
-        self._anchors: dict[TimerKey, tuple[int, int]] = {}  # key -> its entry in the heap that counts
-        self._heap: list[tuple[int, int, TimerKey]] = []
-        # Each group's scheduled keys, so that cancelling a group's timers (a group reloaded, dropped
-        # or deleted) costs that group's timers, not every timer: loading N groups stays O(N).
-        self._by_group: dict[str, set[TimerKey]] = {}
+        self._deadlines: dict[TimerKey, int] = {}  # key -> its stamp (deadline, sequence number)
+        self._anchors: dict[TimerKey, int] = {}  # key -> the stamp of its entry in the heap that counts
+        self._heap: list[tuple[int, TimerKey]] = []  # (stamp, key); stamps are unique
+        # Each group's scheduled keys (a dict as an ordered set: 40 % smaller than a set), so that
+        # cancelling a group's timers (a group reloaded, dropped or deleted) costs that group's
+        # timers, not every timer: loading N groups stays O(N).
+        self._by_group: dict[str, dict[TimerKey, None]] = {}
         self._seq = count()
         # How many times a key was scheduled anew or earlier: only that moves the earliest deadline
         # earlier (a deadline moved later, a cancel, a pop or a compaction never does), so a caller
@@ -58,24 +67,24 @@ class Timer:
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         current = self._deadlines.get(key)
-        if current is not None and current[0] == deadline_ms:
+        if current is not None and current >> _SEQ_BITS == deadline_ms:
             return
         if current is None:
             self.moved_earlier += 1
             keys = self._by_group.get(key.group_id)
             if keys is None:
-                self._by_group[key.group_id] = {key}
+                self._by_group[key.group_id] = {key: None}
             else:
-                keys.add(key)
-        elif deadline_ms < current[0]:
+                keys[key] = None
+        elif deadline_ms < current >> _SEQ_BITS:
             self.moved_earlier += 1
-        entry = (deadline_ms, next(self._seq))
-        self._deadlines[key] = entry
+        stamp = deadline_ms << _SEQ_BITS | next(self._seq)
+        self._deadlines[key] = stamp
         anchor = self._anchors.get(key)
-        if anchor is not None and anchor <= entry:
+        if anchor is not None and anchor <= stamp:
             return  # the anchor surfaces first and is pushed again at this deadline
-        self._anchors[key] = entry
-        heapq.heappush(self._heap, (deadline_ms, entry[1], key))
+        self._anchors[key] = stamp
+        heapq.heappush(self._heap, (stamp, key))
         # Entries left behind (cancelled keys, deadlines moved earlier) are dropped once they
         # outnumber the live ones: O(1) amortised per schedule.
         if len(self._heap) > 2 * len(self._deadlines) + 1024:
@@ -87,49 +96,50 @@ class Timer:
 
     def _unindex(self, key: TimerKey) -> None:
         keys = self._by_group[key.group_id]
-        keys.discard(key)
+        keys.pop(key, None)
         if not keys:
             del self._by_group[key.group_id]
 
     def deadline(self, key: TimerKey) -> int | None:
         current = self._deadlines.get(key)
-        return None if current is None else current[0]
+        return None if current is None else current >> _SEQ_BITS
 
     def next_deadline(self) -> int | None:
         heap = self._heap
         while heap:
-            deadline, seq, key = heap[0]
-            if self._due(deadline, seq, key):
-                return deadline
+            stamp, key = heap[0]
+            if self._due(stamp, key):
+                return stamp >> _SEQ_BITS
         return None
 
     def pop_expired(self, now_ms: int) -> list[TimerKey]:
         """Keys whose deadline is <= now, in deadline order; each is removed (fires once)."""
         fired: list[TimerKey] = []
         heap = self._heap
-        while heap and heap[0][0] <= now_ms:
-            deadline, seq, key = heap[0]
-            if self._due(deadline, seq, key):
+        limit = (now_ms + 1) << _SEQ_BITS  # every stamp below it has a deadline <= now
+        while heap and heap[0][0] < limit:
+            stamp, key = heap[0]
+            if self._due(stamp, key):
                 heapq.heappop(heap)
                 del self._deadlines[key], self._anchors[key]
                 self._unindex(key)
                 fired.append(key)
         return fired
 
-    def _due(self, deadline: int, seq: int, key: TimerKey) -> bool:
+    def _due(self, stamp: int, key: TimerKey) -> bool:
         """Whether the heap's top entry is its key's current deadline; if not, it is replaced (by
         the key's deadline, if the entry was its anchor and the key is still scheduled) or dropped."""
         heap = self._heap
-        if self._anchors.get(key) == (deadline, seq):
+        if self._anchors.get(key) == stamp:
             current = self._deadlines.get(key)
-            if current == (deadline, seq):
+            if current == stamp:
                 return True
             if current is None:
                 del self._anchors[key]
                 heapq.heappop(heap)
             else:  # moved later since it was pushed: the anchor moves with it
                 self._anchors[key] = current
-                heapq.heapreplace(heap, (current[0], current[1], key))
+                heapq.heapreplace(heap, (current, key))
             return False
         heapq.heappop(heap)
         return False
@@ -150,5 +160,5 @@ class Timer:
 
     def _compact(self) -> None:
         self._anchors = dict(self._deadlines)
-        self._heap = [(d, seq, k) for k, (d, seq) in self._deadlines.items()]
+        self._heap = [(stamp, k) for k, stamp in self._deadlines.items()]
         heapq.heapify(self._heap)
