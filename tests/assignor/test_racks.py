@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from services.assignor import INCREMENTAL_COOPERATIVE, LOAD_BALANCED, AssignInput, Member, compute
 from services.assignor._load import max_moves
-from services.common.items import EMPTY, Items, TaskId, all_items
+from services.common.items import EMPTY, Items, TaskId
 from tests.assignor.kit import assert_balanced, check_installable
 from tests.assignor.test_load_balanced import COOLDOWN, Sim, groups
 
@@ -113,17 +113,21 @@ def test_no_racks_changes_nothing() -> None:
     assert compute(INCREMENTAL_COOPERATIVE, inp).targets == compute(INCREMENTAL_COOPERATIVE, racked).targets
 
 
-def _placements_under_the_rule(sim: Sim) -> Iterator[dict[str, Items]]:
-    """Every placement of the tasks (connectors left out: balanced by count) that keeps the spread."""
-    tasks = sorted(all_items(sim.connectors).tasks)
+def _one_exchange_away(sim: Sim) -> Iterator[dict[str, Items]]:
+    """Every placement of the tasks one move or exchange from the current target (up to two tasks
+    each way between two members) that keeps the spread."""
     members = sorted(sim.capacity)
-    for placement in itertools.product(range(len(members)), repeat=len(tasks)):
-        targets = {
-            m: Items(frozenset(), frozenset(t for t, p in zip(tasks, placement, strict=True) if p == i))
-            for i, m in enumerate(members)
-        }
-        if _spread_ok(targets, sim.racks, sim.connectors):
-            yield targets
+    for x, y in itertools.combinations(members, 2):
+        xs, ys = sorted(sim.target[x].tasks), sorted(sim.target[y].tasks)
+        for gx in (c for k in range(3) for c in itertools.combinations(xs, k)):
+            for gy in (c for k in range(3) for c in itertools.combinations(ys, k)):
+                if not gx and not gy:
+                    continue
+                targets = dict(sim.target)
+                targets[x] = Items(frozenset(), (sim.target[x].tasks - set(gx)) | set(gy))
+                targets[y] = Items(frozenset(), (sim.target[y].tasks - set(gy)) | set(gx))
+                if _spread_ok(targets, sim.racks, sim.connectors):
+                    yield targets
 
 
 @settings(max_examples=120, deadline=None)
@@ -131,12 +135,17 @@ def _placements_under_the_rule(sim: Sim) -> Iterator[dict[str, Items]]:
     groups(max_members=4, max_tasks=7, allow_small_budget=False, capacities=(1.0,), min_members=3),
     st.lists(st.sampled_from(["r1", "r2", None]), min_size=4, max_size=4),
 )
-def test_load_balanced_with_racked_and_rackless_members_meets_the_ratio_wherever_the_rule_allows(
+def test_load_balanced_with_racked_and_rackless_members_meets_the_ratio_or_no_exchange_the_rule_allows_would(
     sim: Sim, racks: list[str | None]
 ) -> None:
     """A mix of members with and without a rack: the spread holds for the racked ones after every
-    run, and after ceil(items / max moves) + 1 runs the ratio is met, or no placement that keeps
-    the spread meets it with a lower maximum (an exhaustive search)."""
+    run, and after ceil(items / max moves) + 1 runs the ratio is met, or no move or exchange the rule
+    allows (up to two tasks each way) would meet it with a lower maximum.
+
+    Not "no placement at all": under the rule the local search can stall where only a compound move
+    of more tasks reaches a better placement, and the initial placement (heaviest first, each to the
+    least loaded member the rule allows) can start it there. Hypothesis found one (2026-11-28;
+    `test_the_known_gap_under_racks` keeps it): docs/protocol.md#racks names the gap."""
     sim.racks = {m: r for m, r in zip(sorted(sim.capacity), racks, strict=False) if r is not None}
     items = len(sim.connectors) + sum(sim.connectors.values())
     for _ in range(math.ceil(items / max_moves(sim.input())) + 1):
@@ -149,10 +158,35 @@ def test_load_balanced_with_racked_and_rackless_members_meets_the_ratio_wherever
     if not met:
         top = sim.max_ratio(sim.target)
         better = next(
-            (t for t in _placements_under_the_rule(sim) if sim.goal_met(t) and sim.max_ratio(t) < top * (1 - 1e-9)),
+            (t for t in _one_exchange_away(sim) if sim.goal_met(t) and sim.max_ratio(t) < top * (1 - 1e-9)),
             None,
         )
         assert better is None, ({m: sorted(i.tasks) for m, i in sim.target.items()}, better)
+
+
+def test_the_known_gap_under_racks() -> None:
+    """The case hypothesis found: two racks (m0 and m2 in r1, m1 alone in r2), so r2 takes exactly
+    one task of a and one of b. Heaviest first puts c2 on m0, c1 on m1, a0 on m2 -- and then a1 and
+    b1 must go to m1: max 6.25 against a mean of 5.25 (ratio 1.19). From there no move or exchange
+    the rule allows lowers the maximum; the placement within the ratio (m0: a0 c1, m1: a1 b0 c0,
+    m2: b1 c2; max 5.5) is five moves away. The assignor keeps the spread and moves nothing (it
+    never raises the maximum), and the gap is documented, not hidden."""
+    loads = {TaskId("b", 1): 1.0, TaskId("c", 0): 1.0, TaskId("c", 1): 3.0, TaskId("c", 2): 4.0}
+    sim = Sim({"a": 2, "b": 2, "c": 3}, {"m0": 1.0, "m1": 1.0, "m2": 1.0}, loads, max_moves=3)
+    sim.racks = {"m0": "r1", "m1": "r2", "m2": "r1"}
+    sim.assign()
+    first = dict(sim.target)
+    named = {m: sorted(f"{t.connector}{t.task}" for t in i.tasks) for m, i in first.items()}
+    assert named == {"m0": ["c0", "c2"], "m1": ["a1", "b1", "c1"], "m2": ["a0", "b0"]}
+    for _ in range(4):
+        sim.now_ms += COOLDOWN
+        sim.assign()
+        assert sim.target == first  # no run moves anything: none would lower the maximum
+    assert sim.max_ratio(sim.target) == 6.25 and not sim.goal_met(sim.target)
+    assert all(sim.max_ratio(t) >= 6.25 for t in _one_exchange_away(sim))
+    within = {"m0": ("a0", "c1"), "m1": ("a1", "b0", "c0"), "m2": ("b1", "c2")}
+    better = {m: Items(frozenset(), frozenset(TaskId(n[0], int(n[1:])) for n in names)) for m, names in within.items()}
+    assert _spread_ok(better, sim.racks, sim.connectors) and sim.goal_met(better)
 
 
 def test_a_member_without_a_rack_does_not_block_balance() -> None:
