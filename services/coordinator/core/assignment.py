@@ -16,6 +16,7 @@ from services.assignor import LOAD_BALANCED
 from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.core import loads
+from services.coordinator.core.held_items import held
 from services.coordinator.core.item_index import ItemKey
 from services.coordinator.core.records import AssignorSpec
 from services.coordinator.core.state import AssignorKey, Group, HandedOut, Member
@@ -391,5 +392,6 @@ def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
 
 def target_items(mt: common_pb2.MemberTarget) -> Items:
     """A member's installed target, held for as long as the target stands: connector names
-    interned (protobuf makes a new string per field read; see `Items.interned`)."""
-    return Items.from_proto(mt.connectors_and_tasks).interned()
+    interned (protobuf makes a new string per field read; see `Items.interned`), a few tasks as a
+    tuple (`held_items`)."""
+    return held(Items.from_proto(mt.connectors_and_tasks))

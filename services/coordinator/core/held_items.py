@@ -1,0 +1,109 @@
+"""A member's installed target in the compact form the coordinator holds it in.
+
+A group of 10,000 members and 100,000 tasks holds 10,000 sets of ~10 tasks for as long as its
+target stands: each member's target, which its current assignment shares once it is reconciled. A
+frozenset of 10 has a table of 32 slots, 728 bytes; a tuple of the same tasks takes 120. So a
+member's tasks, up to `SMALL` of them, are held as a `SmallTasks`: a tuple that behaves as the
+frozenset it stands for -- equality and hash with any set, the set operators (which answer
+frozensets), `isdisjoint` / `issubset` / ..., membership by a scan of at most `SMALL` tasks. Larger
+sets stay frozensets. Measured at 10,000 / 100,000: 6 MB less of the coordinator's state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from services.common.items import Items, TaskId
+
+# The most tasks held as a tuple: a membership test scans them.
+SMALL = 16
+
+
+def _as_set(x: Any) -> Any:
+    return frozenset(x) if type(x) is SmallTasks else x
+
+
+class SmallTasks(tuple[TaskId, ...]):
+    """Tasks (distinct) held as a tuple; compares, hashes and combines as a frozenset of them."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        other = _as_set(other)
+        if not isinstance(other, (set, frozenset)):
+            # Not a sequence: a frozenset equals no tuple (tuple's own comparison would answer).
+            return False if isinstance(other, (tuple, list)) else NotImplemented
+        return len(self) == len(other) and frozenset(self) == other
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self))
+
+    def __repr__(self) -> str:
+        return repr(frozenset(self))
+
+    def __or__(self, other: Any) -> Any:
+        return frozenset(self) | _as_set(other)
+
+    def __ror__(self, other: Any) -> Any:
+        return _as_set(other) | frozenset(self)
+
+    def __and__(self, other: Any) -> Any:
+        return frozenset(self) & _as_set(other)
+
+    def __rand__(self, other: Any) -> Any:
+        return _as_set(other) & frozenset(self)
+
+    def __sub__(self, other: Any) -> Any:
+        return frozenset(self) - _as_set(other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return _as_set(other) - frozenset(self)
+
+    def __xor__(self, other: Any) -> Any:
+        return frozenset(self) ^ _as_set(other)
+
+    def __rxor__(self, other: Any) -> Any:
+        return _as_set(other) ^ frozenset(self)
+
+    def __le__(self, other: Any) -> Any:
+        return frozenset(self) <= _as_set(other)
+
+    def __lt__(self, other: Any) -> Any:
+        return frozenset(self) < _as_set(other)
+
+    def __ge__(self, other: Any) -> Any:
+        return frozenset(self) >= _as_set(other)
+
+    def __gt__(self, other: Any) -> Any:
+        return frozenset(self) > _as_set(other)
+
+    def isdisjoint(self, other: Any) -> bool:
+        return frozenset(self).isdisjoint(other)
+
+    def issubset(self, other: Any) -> bool:
+        return frozenset(self).issubset(other)
+
+    def issuperset(self, other: Any) -> bool:
+        return frozenset(self).issuperset(other)
+
+    def union(self, *others: Any) -> frozenset[TaskId]:
+        return frozenset(self).union(*others)
+
+    def intersection(self, *others: Any) -> frozenset[TaskId]:
+        return frozenset(self).intersection(*others)
+
+    def difference(self, *others: Any) -> frozenset[TaskId]:
+        return frozenset(self).difference(*others)
+
+
+def held(items: Items) -> Items:
+    """``items`` as held long (interned, see `Items.interned`), its tasks a `SmallTasks` if there
+    are at most `SMALL` of them. Typed as a frozenset, which it behaves as."""
+    items = items.interned()
+    if not 0 < len(items.tasks) <= SMALL:
+        return items
+    return Items(items.connectors, cast(frozenset[TaskId], SmallTasks(items.tasks)))
