@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from connect.coordinator.v1 import common_pb2
 from services.common.items import Items, TaskId
+from services.common.load_limits import CAPACITY_RANGE, LOAD_RANGE, capacity_ok, load_ok
 
 # A connector (its name) or one of its tasks.
 Item = str | TaskId
@@ -57,22 +58,22 @@ def check_item(item: object) -> Item:
 
 
 def check_load(item: Item, load: object) -> float:
-    """`load` as a float: finite and >= 0; ValueError naming the item otherwise."""
+    """`load` as a float from 0 to MAX_LOAD; ValueError naming the item otherwise."""
     if isinstance(load, bool) or not isinstance(load, int | float):
         raise ValueError(f"load of {item_name(item)}: expected a number, got {load!r}")
     value = float(load)
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"load of {item_name(item)}: must be a finite number >= 0, got {load!r}")
+    if not load_ok(value):
+        raise ValueError(f"load of {item_name(item)}: must be {LOAD_RANGE}, got {load!r}")
     return value
 
 
 def check_capacity(capacity: object) -> float:
-    """A worker's capacity: finite and > 0 (1.0 is every worker's by default)."""
+    """A worker's capacity: from MIN_CAPACITY to MAX_CAPACITY (1.0 is every worker's by default)."""
     if isinstance(capacity, bool) or not isinstance(capacity, int | float):
         raise ValueError(f"capacity: expected a number, got {capacity!r}")
     value = float(capacity)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"capacity: must be a finite number > 0 (default 1.0), got {capacity!r}")
+    if not capacity_ok(value):
+        raise ValueError(f"capacity: must be {CAPACITY_RANGE} (default 1.0), got {capacity!r}")
     return value
 
 

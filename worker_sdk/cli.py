@@ -37,7 +37,7 @@ says (the same lines, `#` comments allowed; re-read within a second when it chan
 version is logged and the previous loads kept; --item-load wins for the items it names). An item's
 load is set when it starts and reported in the heartbeat by the SDK's rules (at once after a join,
 then only when some item moved by more than --load-report-threshold, 0.1, at most every
---load-report-interval-ms, 30000). --capacity (> 0, default 1.0) and --rack (`{i}` is the worker's
+--load-report-interval-ms, 30000). --capacity (1e-6 to 1e6, default 1.0) and --rack (`{i}` is the worker's
 index) are declared on join. All simulated workers share the item loads.
 """
 
@@ -153,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="ITEM=LOAD lines (# comments); re-read when it changes, --item-load wins over it",
     )
-    load.add_argument("--capacity", type=float, default=None, metavar="C", help="what this worker can take (> 0)")
+    load.add_argument(
+        "--capacity", type=float, default=None, metavar="C", help="what this worker can take (1e-6 to 1e6)"
+    )
     load.add_argument("--rack", default=None, metavar="R", help="the worker's rack or zone ({i}: the worker's index)")
     load.add_argument(
         "--load-report-threshold",

@@ -60,6 +60,18 @@ from services.assignor._cooperative import Plan, assign_incremental, balance_con
 from services.assignor._model import AssignInput, AssignOutput, LoadMove, Member, MemberLoadSummary
 from services.assignor._racks import RackCounts, caps, transfer
 from services.common.items import Items, TaskId
+from services.common.load_limits import (
+    CAPACITY_RANGE,
+    LOAD_RANGE,
+    LOAD_SUM_RANGE,
+    MAX_CAPACITY,
+    MAX_LOAD,
+    MAX_LOAD_SUM,
+    MIN_CAPACITY,
+    capacity_ok,
+    load_ok,
+    load_sum_ok,
+)
 
 # Candidate receivers looked at per step (the least loaded first): enough to get past racks
 # without room and the giver itself, bounded so a step costs the same at 10,000 members.
@@ -87,45 +99,48 @@ _target = attrgetter("target")
 _SUMMARY_FIELDS = ("known_load", "unknown_weight", "connector_load")
 
 
-def _all_finite_non_negative(values: Collection[float]) -> bool:
-    """Whether ``values`` are all finite and >= 0."""
+def _all_loads_ok(values: Collection[float], bound: float = MAX_LOAD) -> bool:
+    """Whether ``values`` are all numbers from 0 to ``bound`` (MAX_LOAD or MAX_LOAD_SUM)."""
     if not values:
         return True
     try:
         # (one C-level pass: the values packed as doubles, and the byte of each that holds the sign
-        # and the exponent's top bits read off; below 0x7F it is a number >= +0.0 and < 2 ** 1009,
-        # finite. Only otherwise -- -0.0, a bad or a huge value -- is each value compared)
-        if not struct.pack(f"={len(values)}d", *values)[_SIGN_BYTE::8].translate(None, _BELOW_7F):
+        # and the exponent's top bits read off; below the bound's own such byte it is a number
+        # >= +0.0 and below the bound. Only otherwise -- -0.0, a bad value or one near the bound --
+        # is each value compared)
+        if not struct.pack(f"={len(values)}d", *values)[_SIGN_BYTE::8].translate(None, _BELOW[bound]):
             return True
     except struct.error:
         pass
-    # (min and sum are C-level: values all >= 0 with a finite sum are all finite; only when that
-    # fails is each value looked at, which also tells a finite sum that overflowed from a bad value)
-    return min(values) >= 0 and (math.isfinite(sum(values)) or all(map(math.isfinite, values)))
+    # (min and max are C-level, and so is the NaN pass that makes them reliable)
+    return min(values) >= 0 and max(values) <= bound and not any(map(math.isnan, values))
 
 
-# The byte of a packed double that holds its sign and the exponent's top 7 bits, and the bytes that
-# leave it a finite number >= +0.0 (sign 0, exponent below all ones).
+# The byte of a packed double that holds its sign and the exponent's top 7 bits, and, per bound, the
+# bytes that leave it a number >= +0.0 and below the bound (sign 0, exponent below the bound's).
 _SIGN_BYTE = 7 if sys.byteorder == "little" else 0
-_BELOW_7F = bytes(range(0x7F))
+_BELOW = {b: bytes(range(struct.pack(">d", b)[0])) for b in (MAX_LOAD, MAX_LOAD_SUM)}
 
 
 def check_load_input(inp: AssignInput) -> None:
-    """Raises InvalidLoadInput naming the field for a negative, NaN or infinite number, a capacity
-    that is not > 0, a ratio below 1 or negative limits."""
+    """Raises InvalidLoadInput naming the field for a load, weight or summed load outside its bounds
+    (negative, NaN, infinite or too large: `services.common.load_limits`), a capacity outside its
+    bounds, a ratio below 1 or negative limits."""
     _check_capacities(inp.members)
     check_summaries(inp.members)
     _check_numbers(inp)
 
 
 def _check_capacities(members: Sequence[Member], capacities: list[float] | None = None) -> None:
-    """InvalidLoadInput naming the member for a capacity that is not a finite number > 0
+    """InvalidLoadInput naming the member for a capacity outside MIN_CAPACITY..MAX_CAPACITY
     (``capacities``: theirs, if read already)."""
     if capacities is None:
         capacities = list(map(_capacity, members))
-    if capacities and not (min(capacities) > 0 and math.isfinite(sum(capacities))):
-        m = next(m for m in members if not (math.isfinite(m.capacity) and m.capacity > 0))
-        raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be a finite number > 0, got {m.capacity}")
+    if capacities and not (
+        min(capacities) >= MIN_CAPACITY and max(capacities) <= MAX_CAPACITY and not any(map(math.isnan, capacities))
+    ):
+        m = next(m for m in members if not capacity_ok(m.capacity))
+        raise InvalidLoadInput(f"members[{m.member_id!r}].capacity must be {CAPACITY_RANGE}, got {m.capacity}")
 
 
 def check_summaries(members: Sequence[Member]) -> None:
@@ -134,13 +149,13 @@ def check_summaries(members: Sequence[Member]) -> None:
     summaries = list(map(_summary, members))
     given = list(filter(None, summaries))
     for name in _SUMMARY_FIELDS if given else ():
-        if not _all_finite_non_negative(list(map(attrgetter(name), given))):
+        if not _all_loads_ok(list(map(attrgetter(name), given)), MAX_LOAD_SUM):
             i, value = next(
                 (i, v)
                 for i, v in enumerate(getattr(u, name) if u is not None else 0.0 for u in summaries)
-                if not (math.isfinite(v) and v >= 0)
+                if not load_sum_ok(v)
             )
-            raise InvalidLoadInput(f"members[{i}].load_summary.{name} must be a finite number >= 0, got {value}")
+            raise InvalidLoadInput(f"members[{i}].load_summary.{name} must be {LOAD_SUM_RANGE}, got {value}")
 
 
 def _check_numbers(inp: AssignInput) -> None:
@@ -150,9 +165,9 @@ def _check_numbers(inp: AssignInput) -> None:
         ("connector_loads", inp.connector_loads),
         ("task_weights", inp.task_weights),
     ):
-        if not _all_finite_non_negative(table.values()):
-            key, value = next((k, v) for k, v in sorted(table.items()) if not (math.isfinite(v) and v >= 0))
-            raise InvalidLoadInput(f"{name}[{key!s}] must be a finite number >= 0, got {value}")
+        if not _all_loads_ok(table.values()):
+            key, value = next((k, v) for k, v in sorted(table.items()) if not load_ok(v))
+            raise InvalidLoadInput(f"{name}[{key!s}] must be {LOAD_RANGE}, got {value}")
     if not (math.isfinite(inp.load_balance_ratio) and inp.load_balance_ratio >= 1.0):
         raise InvalidLoadInput(f"load_balance_ratio must be a finite number >= 1.0, got {inp.load_balance_ratio}")
     if inp.load_max_moves is not None and inp.load_max_moves < 0:
@@ -262,7 +277,7 @@ class _LoadRun:
         columns: list[list[float]] | None = None
         if n and all(summaries):  # (every member carries one: read field by field, and checked so)
             columns = [list(map(itemgetter(k), cast(list[MemberLoadSummary], summaries))) for k in range(3)]
-            if not all(map(_all_finite_non_negative, columns)):
+            if not all(map(_all_loads_ok, columns, repeat(MAX_LOAD_SUM))):
                 check_summaries(inp.members)  # (raises, naming the member as the input lists it)
         else:
             check_summaries(inp.members)

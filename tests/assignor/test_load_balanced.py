@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -274,11 +275,14 @@ def test_weights_count_while_no_load_is_known() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"task_loads": {TaskId("a", 0): -1.0}}, "task_loads[a-0] must be a finite number >= 0, got -1.0"),
-        ({"task_loads": {TaskId("a", 0): math.nan}}, "task_loads[a-0] must be a finite number >= 0, got nan"),
-        ({"connector_loads": {"a": math.inf}}, "connector_loads[a] must be a finite number >= 0, got inf"),
-        ({"task_weights": {"a": -2.0}}, "task_weights[a] must be a finite number >= 0, got -2.0"),
-        ({"members": [Member("m0", capacity=0.0)]}, "members['m0'].capacity must be a finite number > 0, got 0.0"),
+        ({"task_loads": {TaskId("a", 0): -1.0}}, "task_loads[a-0] must be a number from 0 to 1e+15, got -1.0"),
+        ({"task_loads": {TaskId("a", 0): math.nan}}, "task_loads[a-0] must be a number from 0 to 1e+15, got nan"),
+        ({"connector_loads": {"a": math.inf}}, "connector_loads[a] must be a number from 0 to 1e+15, got inf"),
+        ({"task_weights": {"a": -2.0}}, "task_weights[a] must be a number from 0 to 1e+15, got -2.0"),
+        (
+            {"members": [Member("m0", capacity=0.0)]},
+            "members['m0'].capacity must be a number from 1e-06 to 1e+06, got 0.0",
+        ),
         ({"load_balance_ratio": 0.9}, "load_balance_ratio must be a finite number >= 1.0, got 0.9"),
         ({"load_max_moves": -1}, "load_max_moves must be >= 0, got -1"),
         ({"load_cooldown_ms": -5}, "load_cooldown_ms must be >= 0, got -5"),
@@ -291,28 +295,48 @@ def test_bad_load_input_is_refused_naming_the_field(change: dict[str, Any], mess
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("bad", [-5e-324, -1e-300, -math.inf, math.nan, math.inf])
+@pytest.mark.parametrize(
+    "bad", [-5e-324, -1e-300, -math.inf, math.nan, math.inf, math.nextafter(1e15, 2e15), 1e300, 1.7e308]
+)
 def test_a_bad_load_among_many_good_ones_is_refused(bad: float) -> None:
     """The check reads the loads' packed sign and exponent bytes: a bad value anywhere among
-    thousands (the least negative double too) is refused naming it."""
+    thousands (the least negative double too, and the least double above the bound) is refused
+    naming it. (Two loads of 1.7e308 passed a finite-and-non-negative check and then made the run's
+    sums overflow: OverflowError, not an answer.)"""
     loads = {TaskId("a", i): 1.0 + i for i in range(5000)}
     loads[TaskId("a", 3210)] = bad
     inp = AssignInput(members=[Member("m0")], connectors={"a": 5000}, task_loads=loads)
     with pytest.raises(InvalidLoadInput) as e:
         compute(LOAD_BALANCED, inp)
-    assert str(e.value) == f"task_loads[a-3210] must be a finite number >= 0, got {bad}"
+    assert str(e.value) == f"task_loads[a-3210] must be a number from 0 to 1e+15, got {bad}"
 
 
-@pytest.mark.parametrize("odd", [-0.0, 0.0, 5e-324, 1e300, 2.0**1009, 1.7e308])
+@pytest.mark.parametrize("odd", [-0.0, 0.0, 5e-324, 2.0**49, math.nextafter(2.0**49, 0), 9.99e14, 1e15])
 def test_odd_but_valid_loads_are_accepted(odd: float) -> None:
-    """-0.0, the least and the greatest finite doubles are valid loads (the packed check leaves the
-    ones it cannot vouch for to the comparisons), an int too: the run places every task, as the
-    reference path does."""
+    """-0.0, the least double and the bound itself are valid loads, and those around the packed
+    check's own limit (2 ** 49: it leaves the ones it cannot vouch for to the comparisons), an int
+    too: the run places every task, as the reference path does."""
     loads = {TaskId("a", 0): odd, TaskId("a", 1): 3.5, TaskId("a", 2): 1.0, TaskId("a", 3): 2}
     inp = AssignInput(members=[Member("m0"), Member("m1")], connectors={"a": 4}, task_loads=loads)
     out = compute(LOAD_BALANCED, inp)
     assert sorted(t for items in out.targets.values() for t in items.tasks) == sorted(loads)
     assert assign_load_balanced(inp, reference=True) == out
+
+
+def test_loads_that_would_overflow_a_sum_are_refused_not_raised() -> None:
+    """Two loads of 1.7e308 each passed the old check (finite, >= 0); their sum overflowed inside
+    the run (`math.fsum`: OverflowError). Loads, weights, capacities and summaries have bounds now
+    (`services.common.load_limits`), so every sum stays finite and a bad one is named."""
+    loads = {TaskId("a", 0): 1.7e308, TaskId("a", 1): 1.7e308}
+    inp = AssignInput(members=[Member("m0"), Member("m1")], connectors={"a": 2}, task_loads=loads)
+    with pytest.raises(InvalidLoadInput, match=re.escape("task_loads[a-0] must be a number from 0 to 1e+15")):
+        compute(LOAD_BALANCED, inp)
+    for capacity in (1e-7, 1e7):
+        with pytest.raises(InvalidLoadInput, match=re.escape("members['m0'].capacity must be a number from 1e-06")):
+            compute(LOAD_BALANCED, replace(inp, task_loads={}, members=[Member("m0", capacity=capacity)]))
+    top = {TaskId("a", i): 1e15 for i in range(2)}
+    out = compute(LOAD_BALANCED, replace(inp, task_loads=top, task_weights={"a": 1e15}))
+    assert sorted(t for items in out.targets.values() for t in items.tasks) == sorted(top)
 
 
 def test_the_cooldown_travels_in_the_state_and_expires() -> None:

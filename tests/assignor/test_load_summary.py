@@ -106,7 +106,7 @@ def test_the_summary_sums_known_loads_weights_and_connector_loads() -> None:
 def test_a_bad_summary_is_refused_naming_the_field(name: str, value: float) -> None:
     good = MemberLoadSummary(1.0, 1.0, 0.0)
     members = [Member("m0", load_summary=good), Member("m1", load_summary=good._replace(**{name: value}))]
-    message = f"members[1].load_summary.{name} must be a finite number >= 0, got {value}"
+    message = f"members[1].load_summary.{name} must be a number from 0 to 1e+21, got {value}"
     for loads in ({TaskId("a", 0): 2.0}, {}):  # (checked whether or not loads are known)
         inp = AssignInput(members=members, connectors={"a": 2}, task_loads=loads)
         with pytest.raises(InvalidLoadInput) as e:
@@ -122,7 +122,7 @@ def test_a_bad_summary_is_refused_naming_the_field(name: str, value: float) -> N
     req.members[0].item_loads.loads.add(connector="a", task=0, load=2.0)
     resp = assign(req)
     assert resp.error == common_pb2.INVALID_REQUEST
-    assert resp.error_message == f"members[2].load_summary.{name} must be a finite number >= 0, got {value}"
+    assert resp.error_message == f"members[2].load_summary.{name} must be a number from 0 to 1e+21, got {value}"
 
 
 def test_the_wire_carries_the_summary_to_the_core() -> None:

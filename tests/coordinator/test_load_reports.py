@@ -62,15 +62,19 @@ def member_writes(w: World, mid: str, since: int) -> int:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"loads": {("c", 0): -1.0}}, "item_loads[c-0].load must be a finite number >= 0, got -1.0"),
-        ({"loads": {("c", 0): math.nan}}, "item_loads[c-0].load must be a finite number >= 0, got nan"),
-        ({"loads": {("c", 0): math.inf}}, "item_loads[c-0].load must be a finite number >= 0, got inf"),
+        ({"loads": {("c", 0): -1.0}}, "item_loads[c-0].load must be a number from 0 to 1e+15, got -1.0"),
+        ({"loads": {("c", 0): math.nan}}, "item_loads[c-0].load must be a number from 0 to 1e+15, got nan"),
+        ({"loads": {("c", 0): math.inf}}, "item_loads[c-0].load must be a number from 0 to 1e+15, got inf"),
+        # (bounded: two loads of 1.7e308 passed the old finite check and overflowed the sums)
+        ({"loads": {("c", 0): 1.7e308}}, "item_loads[c-0].load must be a number from 0 to 1e+15, got 1.7e+308"),
         ({"loads": {("c", -2): 1.0}}, "item_loads[c--2].task must be >= 0"),
         ({"loads": {("", None): 1.0}}, "item_loads[0].connector must be non-empty"),
-        ({"capacity": 0.0}, "capacity must be a finite number > 0 (default 1.0), got 0.0"),
-        ({"capacity": -2.0}, "capacity must be a finite number > 0"),
-        ({"capacity": math.nan}, "capacity must be a finite number > 0"),
-        ({"capacity": math.inf}, "capacity must be a finite number > 0"),
+        ({"capacity": 0.0}, "capacity must be a number from 1e-06 to 1e+06 (default 1.0), got 0.0"),
+        ({"capacity": -2.0}, "capacity must be a number from 1e-06 to 1e+06"),
+        ({"capacity": math.nan}, "capacity must be a number from 1e-06 to 1e+06"),
+        ({"capacity": math.inf}, "capacity must be a number from 1e-06 to 1e+06"),
+        ({"capacity": 1e-300}, "capacity must be a number from 1e-06 to 1e+06 (default 1.0), got 1e-300"),
+        ({"capacity": 1e7}, "capacity must be a number from 1e-06 to 1e+06"),
         ({"rack": "r" * 10_240}, "rack must be at most 255 bytes, got 10240"),
         ({"rack": "é" * 128}, "rack must be at most 255 bytes, got 256"),
         ({"rack": "zone\n1"}, "rack must not contain control characters"),
@@ -204,13 +208,13 @@ def put(w: World, name: str, tasks: int, weight: float | None = None) -> admin_p
     return w.ctx.call("put_connector", req)
 
 
-@pytest.mark.parametrize("weight", [-0.5, math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("weight", [-0.5, math.nan, math.inf, -math.inf, 1.7e308, math.nextafter(1e15, 2e15)])
 def test_a_bad_task_weight_is_refused_and_changes_nothing(weight: float) -> None:
     w, _ = started()
     before = w.ctx.durable()
     resp = put(w, "new", 2, weight)
     assert resp.error_code == ErrorCode.INVALID_REQUEST
-    assert resp.error_message.startswith("task_weight must be a finite number >= 0 (default 1.0), got ")
+    assert resp.error_message.startswith("task_weight must be a number from 0 to 1e+15 (default 1.0), got ")
     assert w.ctx.durable() == before
 
 

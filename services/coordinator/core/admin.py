@@ -3,13 +3,13 @@ read-only views (ListGroups, DescribeGroups, DescribeConfigs)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 from connect.coordinator.v1 import admin_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import EMPTY, all_items
+from services.common.load_limits import LOAD_RANGE, load_ok
 from services.coordinator.core import explain, loads, validation
 from services.coordinator.core.assignment import (
     AssignorSelectionError,
@@ -100,8 +100,8 @@ class Admin(CoreBase):
                 raise invalid(
                     f"task_count must be between 0 and {limit} (group.connect.max.tasks.per.connector), got {req.task_count}"
                 )
-            if req.HasField("task_weight") and not (math.isfinite(req.task_weight) and req.task_weight >= 0):
-                raise invalid(f"task_weight must be a finite number >= 0 (default 1.0), got {req.task_weight}")
+            if req.HasField("task_weight") and not load_ok(req.task_weight):
+                raise invalid(f"task_weight must be {LOAD_RANGE} (default 1.0), got {req.task_weight}")
             self._check_group_bounds(req.group_id, req.connector, req.task_count)
             group = self._group_or_create(sink, req.group_id, now_ms)
             previous = group.connectors.get(req.connector)

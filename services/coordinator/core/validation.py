@@ -5,11 +5,11 @@ Validation runs before a handler touches any state, so a bad request never chang
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from connect.coordinator.v1 import admin_pb2, common_pb2, coordinator_pb2
 from services.common import compact
+from services.common.load_limits import CAPACITY_RANGE, LOAD_RANGE, capacity_ok, load_ok
 from services.common.logsafe import first_control
 from services.coordinator.core.config import ServerConfig
 from services.coordinator.core.errors import clip, invalid
@@ -146,10 +146,11 @@ MAX_RACK_BYTES = 255
 
 
 def check_load_report(req: coordinator_pb2.ConnectGroupHeartbeatRequest, cfg: ServerConfig = DEFAULTS) -> None:
-    """SPEC §13: loads finite and >= 0, each naming an item well (which items the member owns is the
-    membership's check, `loads.check_owned`); capacity finite and > 0; rack at most 255 bytes."""
-    if req.HasField("capacity") and not (math.isfinite(req.capacity) and req.capacity > 0):
-        raise invalid(f"capacity must be a finite number > 0 (default 1.0), got {req.capacity}")
+    """SPEC §13: loads from 0 to MAX_LOAD, each naming an item well (which items the member owns is
+    the membership's check, `loads.check_owned`); capacity from MIN_CAPACITY to MAX_CAPACITY
+    (`services.common.load_limits`: every sum and ratio of them stays finite); rack at most 255 bytes."""
+    if req.HasField("capacity") and not capacity_ok(req.capacity):
+        raise invalid(f"capacity must be {CAPACITY_RANGE} (default 1.0), got {req.capacity}")
     if req.HasField("rack"):
         size = len(req.rack.encode("utf-8", "surrogatepass"))
         if size > MAX_RACK_BYTES:
@@ -166,8 +167,8 @@ def check_load_report(req: coordinator_pb2.ConnectGroupHeartbeatRequest, cfg: Se
             if entry.task < 0:
                 raise invalid(f"item_loads[{name}-{entry.task}].task must be >= 0")
             name = f"{name}-{entry.task}"
-        if not (math.isfinite(entry.load) and entry.load >= 0):
-            raise invalid(f"item_loads[{name}].load must be a finite number >= 0, got {entry.load}")
+        if not load_ok(entry.load):
+            raise invalid(f"item_loads[{name}].load must be {LOAD_RANGE}, got {entry.load}")
 
 
 def check_member_request(group_id: str, member_id: str, member_epoch: int, cfg: ServerConfig = DEFAULTS) -> None:
