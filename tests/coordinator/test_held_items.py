@@ -33,7 +33,8 @@ def test_small_tasks_answer_as_frozensets(a: frozenset[TaskId], b: frozenset[Tas
     assert sa.issuperset(b) == a.issuperset(b)
     assert sa.union(b) == a | b and sa.intersection(b) == a & b and sa.difference(b) == a - b
     assert all(t in sa for t in a) and all((t not in sa) for t in b - a)
-    assert {sa: 1}[a] == 1  # found as the frozenset's key
+    keyed: dict[object, int] = {sa: 1}
+    assert keyed[a] == 1  # found as the frozenset's key
     assert repr(sa).startswith("frozenset(")
     assert sa != list(a) and sa != tuple(a)  # a set, not a sequence (an empty one too)
 
