@@ -4,7 +4,9 @@ order and mixed with frozensets, and the `Items` built on it."""
 
 from __future__ import annotations
 
+import copy
 import operator
+import pickle
 import sys
 
 from hypothesis import given, settings
@@ -27,7 +29,7 @@ def test_small_tasks_answer_as_frozensets(a: frozenset[TaskId], b: frozenset[Tas
         for x, y in ((sa, b), (a, sb), (sa, sb), (sa, set(b)), (set(a), sb)):
             got = op(x, y)
             assert got == expected, (op, x, y)
-            assert type(got) in (bool, frozenset, set), (op, type(got))
+            assert type(got) in (bool, frozenset, set, SmallTasks), (op, type(got))
     assert hash(sa) == hash(a)
     assert sa.isdisjoint(b) == a.isdisjoint(b) and sa.issubset(b) == a.issubset(b)
     assert sa.issuperset(b) == a.issuperset(b)
@@ -63,4 +65,19 @@ def test_large_sets_stay_frozensets_and_the_small_form_is_smaller() -> None:
     big = Items.of((), [("c", t) for t in range(SMALL + 1)])
     assert type(held(big).tasks) is frozenset
     ten = frozenset(TaskId("c", t) for t in range(10))
-    assert sys.getsizeof(SmallTasks(ten)) * 5 < sys.getsizeof(ten)  # 120 against 728 bytes
+    small = SmallTasks(ten)
+    # 200 bytes, and no TaskId held (connector names and numbers only), against 728 + 10 x 56.
+    assert sys.getsizeof(small) * 3 < sys.getsizeof(ten)
+    assert not any(isinstance(x, TaskId) for x in tuple.__iter__(small))
+    assert all(type(t) is TaskId for t in small) and frozenset(small) == ten and len(small) == 10
+
+
+@given(task_sets)
+def test_small_tasks_copy_and_pickle_as_the_same_set(a: frozenset[TaskId]) -> None:
+    small = SmallTasks(a)
+    for twin in (copy.copy(small), copy.deepcopy(small), pickle.loads(pickle.dumps(small))):
+        assert type(twin) is SmallTasks and twin == a and len(twin) == len(a)
+    items = held(Items(frozenset(), a))
+    assert copy.deepcopy(items) == items and pickle.loads(pickle.dumps(items)) == items
+    assert ("a", 0) in small if TaskId("a", 0) in a else ("a", 0) not in small  # a plain pair too
+    assert "a" not in small and ("a", 0, 1) not in small
