@@ -76,8 +76,12 @@ def assign(request: assignor_pb2.AssignRequest) -> assignor_pb2.AssignResponse:
     return run(request)[0]
 
 
-def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignResponse, AssignOutput | None]:
-    """``assign`` plus the core's output (for metrics); the output is None when the request is rejected."""
+def run(
+    request: assignor_pb2.AssignRequest, keep: list[object] | None = None
+) -> tuple[assignor_pb2.AssignResponse, AssignOutput | None]:
+    """``assign`` plus the core's output (for metrics); the output is None when the request is rejected.
+    ``keep``: the run's input structures are appended to it, for the caller to free once the answer
+    has left (freeing 10,000 members' worth of them takes ~6 ms)."""
     try:
         checked = _validate(request)
     except InvalidInput as e:
@@ -86,6 +90,8 @@ def run(request: assignor_pb2.AssignRequest) -> tuple[assignor_pb2.AssignRespons
         # Task ranges are checked as each message is decoded (owned ones lazily, inside compute):
         # checking all of them up front cost more than the assignment at 10,000 members.
         converted = to_input(request, checked)
+        if keep is not None:
+            keep += (checked, converted)
         output = checked.info.compute(converted.input)
     except (compact.InvalidItems, InvalidLoadInput) as e:
         return assignor_pb2.AssignResponse(error=common_pb2.INVALID_REQUEST, error_message=str(e)), None

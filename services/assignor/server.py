@@ -56,7 +56,11 @@ class AssignorServicer(assignor_pb2_grpc.ConnectAssignorServicer):
             if members <= INLINE_LIMIT and members + sum(c.task_count for c in request.connectors) <= INLINE_LIMIT:
                 response, output = _proto.run(request)
             else:
-                response, output = await asyncio.to_thread(_proto.run, request)
+                # The run's input structures are freed once the answer has left, not before it is
+                # sent: at 10,000 members that is ~6 ms of the caller's wait.
+                garbage: list[object] = []
+                context.add_done_callback(lambda _: garbage.clear())
+                response, output = await asyncio.to_thread(_proto.run, request, garbage)
         except Exception:
             # A bug must not turn into a gRPC status: errors are in-band (SPEC §2).
             log.exception("assignment failed for group %r", request.group_id)

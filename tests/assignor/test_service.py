@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from connect.coordinator.v1 import assignor_pb2, assignor_pb2_grpc, common_pb2
+from services.assignor import _proto
 from services.assignor.server import INLINE_LIMIT, SERVICE_NAME, start_server
 from tests.assignor.kit import Group, items_of
 
@@ -57,6 +58,21 @@ async def _exercise(address: str) -> None:
         ):
             names = {s.name for s in answer.list_services_response.service}
             assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
+
+
+def test_a_run_hands_its_input_structures_to_the_caller_to_free_later() -> None:
+    """The service frees a large run's input structures after the answer has left
+    (`context.add_done_callback`), not before it is sent: `run` hands them over in `keep`, and the
+    answer is the one `run` gives without it."""
+    big = Group({"big": INLINE_LIMIT + 1}).join("w1", "w2", "w3").request()
+    keep: list[object] = []
+    answer, output = _proto.run(big, keep)
+    assert answer == _proto.run(big)[0] and output is not None
+    assert [type(k).__name__ for k in keep] == ["Checked", "Converted"]
+    bad = _request()
+    bad.connectors[0].task_count = -1
+    refused: list[object] = []
+    assert _proto.run(bad, refused)[0].error == common_pb2.INVALID_REQUEST and refused == []
 
 
 def _metrics(port: int) -> str:
