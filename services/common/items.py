@@ -21,14 +21,14 @@ class TaskId(NamedTuple):
         return f"{self.connector}-{self.task}"
 
 
-_make_task_id = partial(tuple.__new__, TaskId)  # TaskId((c, t)) without the Python-level __new__
+make_task_id = partial(tuple.__new__, TaskId)  # TaskId((c, t)) without the Python-level __new__
 _task_connector = itemgetter(0)
 _task_number = itemgetter(1)
 
 # Task numbers held long share one int object each (CPython caches only -5..256; every protobuf or
 # JSON decode makes new ones above that): 28 bytes per task of a group's state otherwise.
 _SHARED_NUMBERS = {n: n for n in range(4096)}
-_shared_number = _SHARED_NUMBERS.get
+shared_number = _SHARED_NUMBERS.get
 # One empty set for every member without connectors (or tasks): `frozenset(empty)` is a new object.
 _NO_NAMES: frozenset[Any] = frozenset()
 
@@ -63,11 +63,11 @@ class Items:
     def from_json(data: dict[str, Any] | None) -> Items:
         if not data:
             return EMPTY
-        intern, number = sys.intern, _shared_number  # one object per connector name and task number
+        intern, number = sys.intern, shared_number  # one object per connector name and task number
         connectors, tasks = data.get("connectors", ()), data.get("tasks", ())
         return Items(
             frozenset(map(intern, connectors)) if connectors else _NO_NAMES,
-            frozenset(_make_task_id((intern(c), number(t, t) if type(t) is int else int(t))) for c, t in tasks)
+            frozenset(make_task_id((intern(c), number(t, t) if type(t) is int else int(t))) for c, t in tasks)
             if tasks
             else _NO_NAMES,
         )
@@ -83,10 +83,10 @@ class Items:
             frozenset(map(intern, self.connectors)) if self.connectors else _NO_NAMES,
             frozenset(
                 map(
-                    _make_task_id,
+                    make_task_id,
                     zip(
                         map(intern, map(_task_connector, tasks)),
-                        map(_shared_number, numbers, map(_task_number, tasks)),
+                        map(shared_number, numbers, map(_task_number, tasks)),
                         strict=True,
                     ),
                 )

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator
-from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
 
-from services.common.items import EMPTY, Items, TaskId
+from services.common.items import EMPTY, Items, TaskId, make_task_id, shared_number
 
-_make_task_id = partial(tuple.__new__, TaskId)  # TaskId((c, t)) in C, without NamedTuple's __new__
 _task_connector, _task_number = itemgetter(0), itemgetter(1)
-# Task numbers held share one int object each (a decode makes a new one per task above 256).
-_number = {n: n for n in range(4096)}.get
 
 # The most tasks held as a tuple: a membership test scans them.
 SMALL = 16
@@ -49,7 +45,7 @@ class SmallTasks(tuple[Any, ...]):
 
     def __iter__(self) -> Iterator[TaskId]:
         flat = tuple.__iter__(self)
-        return map(_make_task_id, zip(flat, flat, strict=True))
+        return map(make_task_id, zip(flat, flat, strict=True))
 
     def __len__(self) -> int:
         return tuple.__len__(self) // 2
@@ -153,7 +149,7 @@ def held(items: Items) -> Items:
     intern, connectors = sys.intern, items.connectors
     numbers = list(map(_task_number, tasks))
     flat = chain.from_iterable(
-        zip(map(intern, map(_task_connector, tasks)), map(_number, numbers, numbers), strict=True)
+        zip(map(intern, map(_task_connector, tasks)), map(shared_number, numbers, numbers), strict=True)
     )
     return Items(
         frozenset(map(intern, connectors)) if connectors else EMPTY.connectors,
