@@ -147,6 +147,23 @@ class ClassicWorkerClient(_Driver):
     def assigned(self) -> Items:
         return self.member.assigned
 
+    def _status_key(self) -> tuple[Any, ...]:
+        m = self.member
+        return (
+            m.member_id,
+            m.generation,
+            m.state,
+            m.protocol,
+            m.leader_id,
+            m.is_leader,
+            m.config_offset,
+            m.running,
+            m.assigned,
+            m.pending,
+            m.fatal_error,
+            m.last_error,
+        )
+
     def status(self) -> dict[str, Any]:
         m = self.member
         return {
@@ -290,6 +307,8 @@ class ClassicWorkerClient(_Driver):
                 log.info("member %s: %s -> %s (%s)", m.member_id or "(new)", event.old, event.new, event.reason)
         if changed:
             self._changed()
+        else:
+            self._changed_if_moved()
 
     async def _call(self, req: ClassicRequest) -> None:
         address = ""

@@ -100,6 +100,9 @@ class _Driver:
     _background: bool
     _on_callback_error: Callable[[CallbackError], Awaitable[None] | None] | None
     _on_change: Callable[[Any], None] | None
+    # What `status()` shows, as the member's own objects (see `_status_key`): the last one told to
+    # `on_change`, so that a change no event names (a new epoch, a heartbeat's error) is told too.
+    _status_seen: tuple[Any, ...] | None = None
 
     @property
     def member_id(self) -> str:
@@ -123,11 +126,27 @@ class _Driver:
         return task
 
     def _changed(self) -> None:
+        self._status_seen = self._status_key()
         if self._on_change is not None:
             try:
                 self._on_change(self)
             except Exception:
                 log.exception("on_change hook failed")
+
+    def _status_key(self) -> tuple[Any, ...]:
+        """The member's objects `status()` is made of (a subclass names them)."""
+        raise NotImplementedError
+
+    def _changed_if_moved(self) -> None:
+        """`on_change` if anything `status()` shows changed since it was last told -- the epoch of a
+        heartbeat that moved nothing else, an error: a status file is current without rewriting it
+        on a timer. Cheap: the member's objects are compared by identity first (its item sets are
+        replaced, never changed in place)."""
+        if self._on_change is None:
+            return
+        now, before = self._status_key(), self._status_seen
+        if before is None or any(a is not b and a != b for a, b in zip(before, now, strict=True)):
+            self._changed()
 
     async def _run_effect(self, effect: Effect) -> None:
         first: CallbackError | None = None
@@ -302,6 +321,22 @@ class ConnectWorkerClient(_Driver):
         """Declare this worker's rack or zone (None: none)."""
         self.member.set_rack(self._now_ms(), rack)
         self._wakeup.set()
+
+    def _status_key(self) -> tuple[Any, ...]:
+        m = self.member
+        return (
+            m.member_id,
+            m.member_epoch,
+            m.state,
+            m.running,
+            m.assigned,
+            m.pending,
+            m.fatal_error,
+            m.last_error,
+            m.capacity,
+            m.rack,
+            m.load_reporter.reports,
+        )
 
     def status(self) -> dict[str, Any]:
         m = self.member
@@ -503,6 +538,8 @@ class ConnectWorkerClient(_Driver):
                 log.info("member %s: %s -> %s (%s)", m.member_id or "(new)", event.old, event.new, event.reason)
         if changed:
             self._changed()
+        else:
+            self._changed_if_moved()
 
     async def _heartbeat(self, out: OutgoingHeartbeat) -> None:
         address = ""

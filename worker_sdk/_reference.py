@@ -27,7 +27,9 @@ from worker_sdk._routing import ChannelPool
 
 log = logging.getLogger("worker_sdk.reference")
 
-_STATUS_REFRESH_S = 0.2
+# The SDK tells every change of what its status shows (`on_change`); the file is also rewritten this
+# often in case something else moved (a write is skipped when nothing did).
+_STATUS_REFRESH_S = 1.0
 
 
 class ReferenceWorker:

@@ -8,8 +8,11 @@ push works again -- and no item ever runs on two workers (checked every few mill
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +20,7 @@ from tests.fixtures.net import free_port
 from tests.fixtures.processes import Processes
 from tests.worker.observe import Admin
 from tests.worker.test_client_coordinator import Watch, close, run, settled, start
-from worker_sdk import ReferenceWorker
+from worker_sdk import ConnectWorkerClient, ReferenceWorker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,6 +78,60 @@ def test_a_join_converges_well_within_one_heartbeat_interval_with_push(processes
         assert took < INTERVAL_MS / 1000, f"converged in {took:.2f} s: not faster than heartbeat pacing"
         moved_from = [w for w in old if nudges(w) > before[w.name]]
         assert moved_from, "no worker was nudged"
+        await close(watch.workers, watch.tasks)
+
+    try:
+        run(body, timeout_s=100)
+    finally:
+        admin.close()
+
+
+def test_every_status_file_shows_the_new_epoch_without_a_refresh_timer(
+    processes: Processes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose work does not change only moves to the new epoch: no callback, no rebalance
+    event. Its status file must still say so at once (the SDK tells `on_change` whenever what its
+    status shows moved), not at the reference worker's next refresh -- turned off here."""
+    monkeypatch.setattr("worker_sdk._reference._STATUS_REFRESH_S", 3600.0)
+    coordinator = processes.start_coordinator(settings=SETTINGS)
+    admin = Admin(coordinator.address, GROUP)
+    admin.put("a", 2)
+
+    def with_file(name: str, seed: int) -> ReferenceWorker:
+        return ReferenceWorker(
+            coordinator.address, GROUP, name=name, rng=random.Random(seed), status_file=tmp_path / f"{name}.json"
+        )
+
+    def epoch_of(w: ReferenceWorker) -> int:
+        assert isinstance(w.client, ConnectWorkerClient)
+        return w.client.member_epoch
+
+    def files_current(workers: list[ReferenceWorker]) -> Callable[[], bool]:
+        def cond() -> bool:
+            for w in workers:
+                assert w.status_file is not None
+                doc = json.loads(w.status_file.read_text())
+                if (doc["member_epoch"], doc["state"]) != (epoch_of(w), "stable"):
+                    return False
+            return True
+
+        return cond
+
+    async def body() -> None:
+        workers = [with_file(f"w{i}", i) for i in range(2)]
+        watch = PushWatch(workers)
+        watch.tasks = await start(*workers)
+        await watch.until(settled(workers, admin), "two settled", timeout_s=40)
+        await watch.until(files_current(workers), "two status files current", timeout_s=10)
+        epoch = epoch_of(workers[0])
+        # Two tasks, three workers: the third gets nothing, and whoever keeps its task only moves epoch.
+        new = with_file("w2", 2)
+        watch.workers.append(new)
+        watch.tasks += await start(new)
+        await watch.until(settled(watch.workers, admin), "three settled", timeout_s=40)
+        # (The coordinator can say Stable just before the last response reaches its worker.)
+        await watch.until(lambda: all(epoch_of(w) > epoch for w in watch.workers), "every worker at the new epoch")
+        await watch.until(files_current(watch.workers), "every status file at the new epoch", timeout_s=10)
         await close(watch.workers, watch.tasks)
 
     try:
