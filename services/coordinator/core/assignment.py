@@ -18,7 +18,7 @@ from services.common.items import Items, TaskId
 from services.coordinator.core import loads
 from services.coordinator.core.held_items import held
 from services.coordinator.core.item_index import ItemKey
-from services.coordinator.core.records import AssignorSpec
+from services.coordinator.core.records import AssignorSpec, TargetMemberValue
 from services.coordinator.core.state import AssignorKey, Group, HandedOut, Member
 
 SERVICE_EXECUTOR = ""  # executor id of the assignor service (member ids are never empty)
@@ -81,6 +81,7 @@ def executor_candidates(members: Mapping[str, Member], assignor: str) -> list[st
 
 
 Snapshot = TypeVar("Snapshot", assignor_pb2.AssignRequest, coordinator_pb2.ConnectGroupPrepareAssignmentResponse)
+AnySnapshot = assignor_pb2.AssignRequest | coordinator_pb2.ConnectGroupPrepareAssignmentResponse
 
 
 def build_snapshot(
@@ -99,18 +100,10 @@ def fill_snapshot(
     group_configs: Mapping[str, str],
     compact_tasks: bool = False,
 ) -> Snapshot:
-    """The assignor's input: the same fields whether it goes to the service (an AssignRequest) or to
-    a worker (written straight into Prepare's response, so that 10,000 members' messages are not
-    copied once more); tasks as task ranges if ``compact_tasks`` (a worker that set
-    accept_task_ranges)."""
-    req.assignor_name = assignor_name
-    req.group_epoch = group.epoch
-    req.assignor_state = group.target.assignor_state
-    req.now_ms = now_ms
-    # We read task ranges in results (validate_result, target_items); the request stays expanded
-    # so that an assignor service older than the field still understands it.
-    req.accept_task_ranges = True
-    req.group_configs.update(group_configs)
+    """The assignor's input as one message: written straight into Prepare's response, so that
+    10,000 members' messages are not copied once more (the service's request is `serialize_snapshot`,
+    the same fields); tasks as task ranges if ``compact_tasks`` (a worker that set accept_task_ranges)."""
+    _fill_header(req, group, assignor_name, now_ms, group_configs)
     # Each member's items appear up to three times (owned, target, current_target), and once it is
     # reconciled they are the same set: encoded once, then copied (a C-level copy of the message,
     # a fraction of encoding one protobuf message per task). Keyed by identity: a settled member's
@@ -118,7 +111,6 @@ def fill_snapshot(
     # The dicts hold each keyed object too: an id is only unique while its object lives, and a
     # member's owned items may be a set made for this call.
     encoded: dict[int, tuple[Items, common_pb2.ConnectorsAndTasks]] = {}
-    specs: dict[int, tuple[AssignorSpec, common_pb2.Assignor]] = {}
 
     def put(items: Items, out: common_pb2.ConnectorsAndTasks) -> None:
         done = encoded.get(id(items))
@@ -128,47 +120,217 @@ def fill_snapshot(
             items.to_proto(out, compact_tasks=compact_tasks)
             encoded[id(items)] = (items, out)
 
-    # SPEC §13: racks for any assignor (the cooperative ones spread by rack), capacities and the
-    # items' known loads only for load-balanced (the only reader) -- each only where set, so that
-    # the request of a group without them is what it was.
-    load_of = loads.known_loads(group) if assignor_name == LOAD_BALANCED and group.item_loads else None
-    # The weights as the request carries them (the configured connectors'); with loads or weights
-    # known, each settled member's target summed (GroupMember.load_summary) as its loads are written.
-    weights = (
-        {c: w for c, w in group.task_weights.items() if c in group.connectors} if assignor_name == LOAD_BALANCED else {}
-    )
+    fields = _MemberFields(group, assignor_name)
     for mid, m in group.members.items():
-        gm = req.members.add(member_id=mid, member_epoch=m.member_epoch, url=m.meta.url)
-        if m.meta.instance_id is not None:
-            gm.instance_id = m.meta.instance_id
-        if m.meta.rack:
-            gm.rack = m.meta.rack
-        if assignor_name == LOAD_BALANCED:
-            if m.meta.capacity != 1.0:
-                gm.capacity = m.meta.capacity
-            if load_of:
-                _put_loads(gm, m.owned, load_of, weights, m.owned == group.target_of(mid))
-            elif weights:  # (no load known: a summary of the weights alone, whatever the member owns)
-                gm.load_summary.unknown_weight = loads.weight_of(group.target_of(mid).tasks, weights)
-        spec = m.assignor(assignor_name)
-        if spec is not None:
-            known = specs.get(id(spec))  # equal assignor lists are held once: mostly one spec
-            if known is None:
-                known = specs[id(spec)] = (spec, spec.to_proto())
-            gm.assignor.CopyFrom(known[1])
-        target = group.target_of(mid)
-        put(target, gm.target)
-        current = m.current
-        put(current.assigned if not current.revoking else m.owned, gm.owned)
-    for name in sorted(group.connectors):
-        connector = req.connectors.add(name=name, task_count=group.connectors[name])
-        if name in weights:
-            connector.task_weight = weights[name]
+        gm = req.members.add(member_id=mid)
+        fields.write(gm, mid, m)
+        put(group.target_of(mid), gm.target)
+        put(_owned_sent(m), gm.owned)
+    _put_connectors(req, group, fields.weights)
     req.current_target.assignment_epoch = group.assignment_epoch
     for mid, tv in group.target_members.items():
         mt = req.current_target.members.add(member_id=mid, error=tv.error, version=tv.version, metadata=tv.metadata)
         put(tv.items, mt.connectors_and_tasks)
     return req
+
+
+def _fill_header(
+    req: AnySnapshot, group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str]
+) -> None:
+    req.assignor_name = assignor_name
+    req.group_epoch = group.epoch
+    req.assignor_state = group.target.assignor_state
+    req.now_ms = now_ms
+    # We read task ranges in results (validate_result, target_items); the request stays expanded
+    # so that an assignor service older than the field still understands it.
+    req.accept_task_ranges = True
+    req.group_configs.update(group_configs)
+
+
+def _put_connectors(req: AnySnapshot, group: Group, weights: Mapping[str, float]) -> None:
+    for name in sorted(group.connectors):
+        connector = req.connectors.add(name=name, task_count=group.connectors[name])
+        if name in weights:
+            connector.task_weight = weights[name]
+
+
+def _owned_sent(m: Member) -> Items:
+    """What a member is said to own in the assignor's input."""
+    current = m.current
+    return current.assigned if not current.revoking else m.owned
+
+
+class _MemberFields:
+    """A member's fields in the assignor's input, but for its items (owned, target)."""
+
+    __slots__ = ("assignor_name", "group", "load_of", "specs", "weights")
+
+    def __init__(self, group: Group, assignor_name: str) -> None:
+        self.group, self.assignor_name = group, assignor_name
+        # SPEC §13: racks for any assignor (the cooperative ones spread by rack), capacities and the
+        # items' known loads only for load-balanced (the only reader) -- each only where set, so
+        # that the request of a group without them is what it was.
+        self.load_of = loads.known_loads(group) if assignor_name == LOAD_BALANCED and group.item_loads else None
+        # The weights as the request carries them (the configured connectors'); with loads or
+        # weights known, each settled member's target summed (GroupMember.load_summary) as its loads
+        # are written.
+        self.weights = (
+            {c: w for c, w in group.task_weights.items() if c in group.connectors}
+            if assignor_name == LOAD_BALANCED
+            else {}
+        )
+        # Equal assignor lists are held once: mostly one spec, encoded once, then copied.
+        self.specs: dict[int, tuple[AssignorSpec, common_pb2.Assignor]] = {}
+
+    def write(self, gm: common_pb2.GroupMember, mid: str, m: Member) -> None:
+        gm.member_epoch = m.member_epoch
+        gm.url = m.meta.url
+        if m.meta.instance_id is not None:
+            gm.instance_id = m.meta.instance_id
+        if m.meta.rack:
+            gm.rack = m.meta.rack
+        if self.assignor_name == LOAD_BALANCED:
+            if m.meta.capacity != 1.0:
+                gm.capacity = m.meta.capacity
+            group, weights = self.group, self.weights
+            if self.load_of:
+                _put_loads(gm, m.owned, self.load_of, weights, m.owned == group.target_of(mid))
+            elif weights:  # (no load known: a summary of the weights alone, whatever the member owns)
+                gm.load_summary.unknown_weight = loads.weight_of(group.target_of(mid).tasks, weights)
+        spec = m.assignor(self.assignor_name)
+        if spec is not None:
+            known = self.specs.get(id(spec))
+            if known is None:
+                known = self.specs[id(spec)] = (spec, spec.to_proto())
+            gm.assignor.CopyFrom(known[1])
+
+
+def serialize_snapshot(
+    group: Group, assignor_name: str, now_ms: int, group_configs: Mapping[str, str], vouched: bool
+) -> tuple[AssignPayload, dict[str, HandedOut] | None]:
+    """The assignor service's input (the fields `fill_snapshot` writes, current_target_checked and
+    accept_unchanged_omitted = ``vouched``), serialized member by member: never one message of the
+    whole group (at 10,000 members / 100,000 tasks that was 25-31 MB of protobuf arenas, kept alive
+    for the whole call by the entries handed out). Each distinct item set is encoded once, and its
+    bytes shared by every field that carries it. With ``vouched``, each current-target entry as sent
+    (`HandedOut`, its serialized MemberTarget), for `validate_result`."""
+    head = assignor_pb2.AssignRequest(group_id=group.group_id)
+    _fill_header(head, group, assignor_name, now_ms, group_configs)
+    head.current_target_checked = head.accept_unchanged_omitted = vouched
+    fields = _MemberFields(group, assignor_name)
+    _put_connectors(head, group, fields.weights)
+    encoded: dict[int, tuple[Items, bytes]] = {}  # (the key's object held: see fill_snapshot)
+
+    def encode(items: Items) -> bytes:
+        done = encoded.get(id(items))
+        if done is None:
+            done = encoded[id(items)] = (items, items.to_proto().SerializeToString())
+        return done[1]
+
+    members: list[tuple[bytes, bytes, bool]] = []
+    new_member = common_pb2.GroupMember
+    for mid, m in group.members.items():
+        gm = new_member(member_id=mid)
+        fields.write(gm, mid, m)
+        target, owned = encode(group.target_of(mid)), encode(_owned_sent(m))
+        members.append((gm.SerializeToString() + _field(_TARGET, target), _field(_OWNED, owned), owned == target))
+    entries: list[tuple[bytes, int, int]] = []
+    handed: dict[str, HandedOut] | None = {} if vouched else None
+    tails: dict[tuple[int, int, bytes], bytes] = {}
+    for mid, tv in group.target_members.items():
+        key = (tv.error, tv.version, tv.metadata)
+        tail = tails.get(key)
+        if tail is None:
+            rest = common_pb2.MemberTarget(error=tv.error, version=tv.version, metadata=tv.metadata)
+            tail = tails[key] = rest.SerializeToString()
+        # Fields in number order (member_id, connectors_and_tasks, then the rest): the bytes of the
+        # message itself, as an assignor's echo of it serializes (`_given_back`).
+        name = _field(_MEMBER_ID, mid.encode())
+        items = _field(_ITEMS, encode(tv.items))
+        entry = name + items + tail
+        # Where its items are, to leave them out in the items-once form: only a listed member's.
+        entries.append((entry, len(name), len(name) + len(items)) if mid in group.members else (entry, 0, 0))
+        if handed is not None:
+            handed[mid] = HandedOut(entry, None, tv)
+    current_epoch = common_pb2.TargetAssignment(assignment_epoch=group.assignment_epoch).SerializeToString()
+    return AssignPayload(assignor_name, head.SerializeToString(), members, current_epoch, entries), handed
+
+
+# Field keys (number << 3 | wire type) of the messages `serialize_snapshot` writes in pieces.
+_MEMBERS = b"\x22"  # AssignRequest.members = 4, length-delimited
+_CURRENT_TARGET = b"\x32"  # AssignRequest.current_target = 6
+_ITEMS_ONCE = b"\x60\x01"  # AssignRequest.items_once = 12: true
+_OWNED = b"\x32"  # GroupMember.owned = 6
+_TARGET = b"\x3a"  # GroupMember.target = 7
+_OWNED_IS_TARGET = b"\x40\x01"  # GroupMember.owned_is_target = 8: true
+_TARGET_MEMBERS = b"\x12"  # TargetAssignment.members = 2
+_MEMBER_ID = b"\x0a"  # MemberTarget.member_id = 1
+_ITEMS = b"\x12"  # MemberTarget.connectors_and_tasks = 2
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL = [bytes((n,)) for n in range(0x80)]
+
+
+def _field(key: bytes, value: bytes) -> bytes:
+    """A length-delimited field: its key, its length, its bytes."""
+    return key + _varint(len(value)) + value
+
+
+class AssignPayload:
+    """An AssignRequest in pieces (`serialize_snapshot`), put together as it is sent: in full, or with
+    each member's items once (`send_items_once`'s form, for a service that reads it). A field's
+    place on the wire does not change what a parser reads; members and entries keep their order."""
+
+    __slots__ = ("_current_epoch", "_entries", "_head", "_members", "assignor_name")
+
+    def __init__(
+        self,
+        assignor_name: str,
+        head: bytes,
+        members: list[tuple[bytes, bytes, bool]],
+        current_epoch: bytes,
+        entries: list[tuple[bytes, int, int]],
+    ) -> None:
+        # The request's own fields but members and current_target; each member: its GroupMember
+        # bytes with its target, its owned field, whether that is its target's items; the current
+        # target's assignment_epoch; each entry: its MemberTarget bytes and where its items are (in
+        # a listed member's entry; 0, 0 in others').
+        self.assignor_name = assignor_name
+        self._head, self._members, self._current_epoch, self._entries = head, members, current_epoch, entries
+
+    def to_bytes(self, items_once: bool = False) -> bytes:
+        parts = [self._head]
+        if items_once:
+            parts.append(_ITEMS_ONCE)
+        add = parts.append
+        for body, owned, same in self._members:
+            tail = _OWNED_IS_TARGET if items_once and same else owned
+            add(_MEMBERS)
+            add(_varint(len(body) + len(tail)))
+            add(body)
+            add(tail)
+        current = [self._current_epoch]
+        for entry, start, end in self._entries:
+            if items_once and end:
+                entry = entry[:start] + entry[end:]  # its items are its member's target
+            current.append(_field(_TARGET_MEMBERS, entry))
+        add(_field(_CURRENT_TARGET, b"".join(current)))
+        return b"".join(parts)
+
+    def message(self) -> assignor_pb2.AssignRequest:
+        """The request as one message, in full (tests, the simulator; not the runtime's path)."""
+        return assignor_pb2.AssignRequest.FromString(self.to_bytes())
 
 
 def _put_loads(
@@ -228,6 +390,11 @@ class InvalidAssignment(Exception):
     pass
 
 
+# A member's entry in a checked result: as listed, or, for one left out whose entry stands, its
+# target value as it is (only its metadata is read again).
+ResultEntry = common_pb2.MemberTarget | TargetMemberValue
+
+
 def validate_result(
     members: Iterable[common_pb2.MemberTarget],
     snapshot_members: Mapping[str, str | None],
@@ -236,7 +403,7 @@ def validate_result(
     kept: Mapping[str, HandedOut] | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
     omitted: Mapping[str, HandedOut] | None = None,
-) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items]]:
+) -> tuple[dict[str, ResultEntry], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
     assigned twice or unknown, and every item assigned -- unless the assignor holds work back on
     purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
@@ -245,8 +412,9 @@ def validate_result(
     the snapshot, in one entry only, and still the member's target), as handed out; ``kept_owner``
     finds which member's kept entry holds an item. A member given back exactly its entry
     (`_given_back`) is not checked item by item again: only the items of the members whose target
-    changes are, against each other and against the kept entries. Returns each member's entry and,
-    for those given back unchanged, their items.
+    changes are, against each other and against the kept entries. Returns each member's entry (for
+    one left out whose kept entry stands: its target value) and, for those given back unchanged,
+    their items. An entry handed out may be a message or its bytes (`serialize_snapshot`).
 
     ``omitted`` (the result said unchanged_omitted): the entries handed out, by member. A member of
     the snapshot that has one and is not in ``members`` is given it back -- as if it were listed."""
@@ -334,11 +502,11 @@ def _sort_members(
     snapshot_members: Mapping[str, str | None],
     kept: Mapping[str, HandedOut],
     omitted: Mapping[str, HandedOut] | None = None,
-) -> tuple[dict[str, common_pb2.MemberTarget], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget]]]:
+) -> tuple[dict[str, ResultEntry], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget]]]:
     """Each member's entry (every member known, none twice: else InvalidAssignment); the items of
     those given back their kept entry; the others, with their index, to be checked item by item
     (the index of an omitted entry counts on after the listed ones)."""
-    by_member: dict[str, common_pb2.MemberTarget] = {}
+    by_member: dict[str, ResultEntry] = {}
     unchanged: dict[str, Items] = {}
     changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
     for i, mt in enumerate(members):
@@ -360,11 +528,13 @@ def _sort_members(
                 continue  # listed, or the entry of a member that had left before the snapshot
             known = kept.get(mid)
             if known is not None:
-                by_member[mid] = handed.entry  # not read again: the target value stays as it is
+                by_member[mid] = known.value  # the target value stays as it is (its metadata is counted)
                 unchanged[mid] = known.value.items
                 continue
             entry = handed.entry
-            if handed.items is not None:  # its own items were cleared on the way out (items once)
+            if isinstance(entry, bytes):  # sent serialized (`serialize_snapshot`): its items in it
+                entry = common_pb2.MemberTarget.FromString(entry)
+            elif handed.items is not None:  # its own items were cleared on the way out (items once)
                 entry = common_pb2.MemberTarget()
                 entry.CopyFrom(handed.entry)
                 entry.connectors_and_tasks.CopyFrom(handed.items)
@@ -375,10 +545,14 @@ def _sort_members(
 
 
 def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
-    """Whether ``mt`` is the entry handed out: one C-level comparison of the two messages, or, when
-    the entry's own items were cleared on the way out (items once), the same items, error, version
-    and metadata."""
-    if handed.entry == mt:
+    """Whether ``mt`` is the entry handed out: one C-level comparison of the two messages, or of
+    ``mt``'s bytes with the entry's (sent serialized: equal bytes are an equal message; an equal
+    message in another encoding is checked item by item, as a changed one), or, when the entry's own
+    items were cleared on the way out (items once), the same items, error, version and metadata."""
+    entry = handed.entry
+    if isinstance(entry, bytes):
+        return mt.SerializeToString() == entry
+    if entry == mt:
         return True
     value = handed.value
     return (
@@ -390,8 +564,10 @@ def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
     )
 
 
-def target_items(mt: common_pb2.MemberTarget) -> Items:
+def target_items(mt: ResultEntry) -> Items:
     """A member's installed target, held for as long as the target stands: connector names
     interned (protobuf makes a new string per field read; see `Items.interned`), a few tasks as a
-    tuple (`held_items`)."""
+    tuple (`held_items`). (A kept target value: its own items.)"""
+    if isinstance(mt, TargetMemberValue):
+        return mt.items
     return held(Items.from_proto(mt.connectors_and_tasks))

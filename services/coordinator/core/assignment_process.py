@@ -15,10 +15,11 @@ from services.coordinator.core.assignment import (
     SERVICE_EXECUTOR,
     AssignorSelectionError,
     InvalidAssignment,
-    Snapshot,
+    ResultEntry,
     executor_candidates,
     fill_snapshot,
     select_assignor_counted,
+    serialize_snapshot,
     target_items,
     validate_result,
 )
@@ -77,8 +78,11 @@ class AssignmentProcess(CoreBase):
             return
         if self.assignment_mode(group) == MODE_SERVICE:
             inflight = InFlightAssignment(SERVICE_EXECUTOR, now, now + self.config.assignor_timeout_ms)
-            request = self._prepare(assignor_pb2.AssignRequest(group_id=group.group_id), group, inflight, name, now)
-            sink.effects.append(ServiceAssignment(group.group_id, group.epoch, request))
+            vouched = self._snapshot_taken(group, inflight, name)
+            payload, inflight.snapshot_targets = serialize_snapshot(
+                group, name, now, self.group_configs(group), vouched
+            )
+            sink.effects.append(ServiceAssignment(group.group_id, group.epoch, payload))
         else:
             candidates = executor_candidates(group.members, name)
             if not candidates:
@@ -109,40 +113,37 @@ class AssignmentProcess(CoreBase):
         if inflight.executor:
             sink.nudge(group.group_id, (inflight.executor,), NUDGE_COMPUTE)
 
-    def _prepare(
-        self,
-        out: Snapshot,
-        group: Group,
-        inflight: InFlightAssignment,
-        name: str,
-        now: int,
-        compact_tasks: bool = False,
-    ) -> Snapshot:
-        """The assignor's input written into ``out`` (the service's AssignRequest, or Prepare's
-        response), and the snapshot it was taken from noted in ``inflight``."""
-        request = fill_snapshot(out, group, name, now, self.group_configs(group), compact_tasks)
+    def _snapshot_taken(self, group: Group, inflight: InFlightAssignment, name: str) -> bool:
+        """Note in ``inflight`` the snapshot of the group the assignor's input is taken from; whether
+        the coordinator vouches for its current target (current_target_checked: a result may then
+        leave out the members whose entry stands, as handed out, accept_unchanged_omitted)."""
         inflight.group_epoch = group.epoch
         inflight.assignor_name = name
         inflight.snapshot_members = {mid: m.meta.instance_id for mid, m in group.members.items()}
         inflight.snapshot_connectors = dict(group.connectors)
         inflight.snapshot_shrinks = group.connector_shrinks
-        request.current_target_checked = group.process.target_checked_at == group.connector_shrinks
         inflight.snapshot_targets = None
-        # A result may leave out the members whose entry stands, as handed out here (vouched for).
-        request.accept_unchanged_omitted = request.current_target_checked
-        if request.current_target_checked:
-            # Only a service request may be sent with items once (see HandedOut.items).
-            listed: dict[str, common_pb2.ConnectorsAndTasks] = (
-                {gm.member_id: gm.target for gm in request.members}
-                if isinstance(request, assignor_pb2.AssignRequest)
-                else {}
-            )
+        return group.process.target_checked_at == group.connector_shrinks
+
+    def _prepare(
+        self,
+        out: coordinator_pb2.ConnectGroupPrepareAssignmentResponse,
+        group: Group,
+        inflight: InFlightAssignment,
+        name: str,
+        now: int,
+        compact_tasks: bool = False,
+    ) -> None:
+        """The assignor's input written into Prepare's response ``out``, and the snapshot it was
+        taken from noted in ``inflight``."""
+        vouched = self._snapshot_taken(group, inflight, name)
+        fill_snapshot(out, group, name, now, self.group_configs(group), compact_tasks)
+        out.current_target_checked = out.accept_unchanged_omitted = vouched
+        if vouched:
             values = group.target_members
             inflight.snapshot_targets = {
-                mt.member_id: HandedOut(mt, listed.get(mt.member_id), values[mt.member_id])
-                for mt in request.current_target.members
+                mt.member_id: HandedOut(mt, None, values[mt.member_id]) for mt in out.current_target.members
             }
-        return request
 
     def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:
         """Give up on the assignment in flight. A worker that timed out is replaced at once; after an
@@ -372,6 +373,11 @@ class AssignmentProcess(CoreBase):
         else:
             self.timer.cancel(TimerKey(TimerKind.SCHEDULED, gid))
         group.process.in_flight = None
+        # The snapshot's entries and values (the targets just replaced) go now, not after the next
+        # assignment's input is built below (`_after_change`): at 10,000 members that is two
+        # generations of every changed member's target held at once.
+        inflight.snapshot_targets = None
+        del kept, by_member, new_target
         group.process.target_checked_at = inflight.snapshot_shrinks
         group.process.failures = 0
         group.process.failed_executors.clear()
@@ -407,7 +413,7 @@ class AssignmentProcess(CoreBase):
 
     # ---- timers ---------------------------------------------------------------------------------
 
-    def _check_target_metadata(self, by_member: Mapping[str, common_pb2.MemberTarget]) -> None:
+    def _check_target_metadata(self, by_member: Mapping[str, ResultEntry]) -> None:
         """The metadata an assignor hands each member is bounded like what members send: each
         heartbeat answer carries its member's, an Assign request all of them."""
         limit, total = self.config.max_member_metadata_bytes, 0

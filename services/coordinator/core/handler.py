@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connect.coordinator.v1 import assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
@@ -39,6 +39,9 @@ from services.coordinator.core.records import (
 from services.coordinator.core.state import CoordinatorState, Group, Member
 from services.coordinator.core.timers import Timer
 
+if TYPE_CHECKING:
+    from services.coordinator.core.assignment import AssignPayload
+
 GROUP_TYPE = "connect"
 
 
@@ -48,7 +51,13 @@ class ServiceAssignment:
 
     group_id: str
     group_epoch: int
-    request: assignor_pb2.AssignRequest
+    # The request, serialized in pieces (`assignment.serialize_snapshot`): no message of the group.
+    payload: AssignPayload
+
+    @property
+    def request(self) -> assignor_pb2.AssignRequest:
+        """The request as one message, in full: parsed anew at each read (tests, the simulator)."""
+        return self.payload.message()
 
 
 @dataclass(frozen=True, slots=True)

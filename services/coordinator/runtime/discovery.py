@@ -40,7 +40,10 @@ class AssignorServiceClient(Protocol):
     # The service reads AssignRequest.items_once (its last ListAssignors answer said so).
     reads_items_once: bool
 
-    async def assign(self, request: assignor_pb2.AssignRequest, timeout_s: float) -> assignor_pb2.AssignResponse: ...
+    # (The request as a message, or serialized: `assignment.AssignPayload`.)
+    async def assign(
+        self, request: assignor_pb2.AssignRequest | bytes, timeout_s: float
+    ) -> assignor_pb2.AssignResponse: ...
 
     async def list_assignors(self, timeout_s: float = ..., wait_for_ready: bool = ...) -> dict[str, VersionRange]: ...
 
