@@ -206,13 +206,6 @@ class Storage:
         return self._dialect
 
     @property
-    def local_commits(self) -> bool:
-        """A commit is local work of a few hundred microseconds: SQLite without an fsync per commit
-        (WAL with synchronous NORMAL or OFF). A small batch is cheaper written on the caller's
-        thread than handed to another one (see the coordinator runtime's writer)."""
-        return self._dialect == "sqlite" and self._sqlite_synchronous in ("OFF", "NORMAL")
-
-    @property
     def engine(self) -> Engine:
         if self._engine is None:
             raise StorageError("storage is not open")

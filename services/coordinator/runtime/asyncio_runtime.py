@@ -50,11 +50,6 @@ _MAX_EARLY = 10_000
 _NO_ANSWER = object()
 # Groups replayed per slice of a partition's load (then the loop runs other work): ~45 us each.
 INSTALL_SLICE = 500
-# A batch of at most this many records is written on the loop itself when the database's commits
-# are local (`Storage.local_commits`) and this replica is its only writer: a few hundred microseconds,
-# less than the hop to a thread and back -- which waits for the GIL while the loop serves requests
-# (joins into a group of 20 processes: a write took 1.0 ms on its thread, 2.4 ms as the writer saw it).
-INLINE_WRITE_RECORDS = 32
 
 log = logging.getLogger("connect.coordinator")
 
@@ -620,13 +615,13 @@ class CoordinatorRuntime:
             self._writer_wakeup.clear()
             while (batch := self.machine.next_batch()) is not None:
                 started = time.perf_counter()
-                exclusive = self.replica is not None and self.replica.exclusive
-                fence = self._fence(batch.records)
                 try:
-                    if exclusive and len(batch.records) <= INLINE_WRITE_RECORDS and self.storage.local_commits:
-                        self.storage.write(batch.records, fence, exclusive=True)
-                    else:
-                        await asyncio.to_thread(self.storage.write, batch.records, fence, exclusive=exclusive)
+                    await asyncio.to_thread(
+                        self.storage.write,
+                        batch.records,
+                        self._fence(batch.records),
+                        exclusive=self.replica is not None and self.replica.exclusive,
+                    )
                 except FencedError as e:
                     self.metrics.fenced_writes.inc()
                     log.warning("a write of %d records was refused: %s", len(batch.records), e)
