@@ -13,9 +13,9 @@ process is up (its status file's ``started_unix_s``: its run began) until
   coordinator's event log (its last ``group_stable`` event), whichever comes last;
 * **every status file at the epoch**: every worker's status file stable at the group's epoch,
   running exactly its assignment, nothing pending, every item once (the last such write's time).
-  The unchanged workers' files learn of the new epoch with the reference worker's status refresh
-  (every 0.2 s), so this trails the coordinator's Stable. DescribeGroups then confirms Stable with
-  every member's assignment equal to its target.
+  An unchanged worker's file is rewritten as its SDK tells it the new epoch (its response), so
+  this trails the coordinator's Stable by a response and a file write. DescribeGroups then
+  confirms Stable with every member's assignment equal to its target.
 
 The coordinator's event log also splits each join: when the newcomer joined, the target was
 installed, revocations were asked and acknowledged, its items handed out, the last member moved to
@@ -302,7 +302,7 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
                     # file running its items, whichever comes last.
                     "converged_ms": max(runs_items_ms, events["stable"]),
                     # Every status file at the new epoch: the unchanged workers' files learn of it
-                    # with the reference worker's status refresh (0.2 s), so this trails the above.
+                    # as their responses tell them, so this trails the above by a response and a write.
                     "status_files_ms": (result["last_write"] - up) * 1000,
                     "newcomer_items": len(Items.from_json(final["running"])),
                     "group_epoch": result["epoch"],
