@@ -21,7 +21,6 @@ from typing import Any
 import services.assignor
 from connect.coordinator.v1 import assignor_pb2, classic_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.coordinator.core.assignment import send_items_once
 from services.coordinator.core.coordinator import GroupCoordinator, Result, ServiceAssignment
 from services.coordinator.core.handler import GROUP_TYPE, ClassicWait
 from services.coordinator.core.records import (
@@ -591,9 +590,9 @@ class CoordinatorNode:
             resp = response
         else:
             # Every other assignment goes with each member's items once, as the runtime sends it to
-            # a service that reads that form (the same request object: the snapshot's remembered
-            # entries must survive it). Decided by the epoch, not the rng: seeds keep their runs.
-            request = send_items_once(job.request) if job.group_epoch % 2 else job.request
+            # a service that reads that form: the payload's bytes, in the form the runtime chooses.
+            # Decided by the epoch, not the rng: seeds keep their runs.
+            request = assignor_pb2.AssignRequest.FromString(job.payload.to_bytes(items_once=bool(job.group_epoch % 2)))
             # And every other pair of them lists every member (the coordinator's full install path).
             request.accept_unchanged_omitted = request.accept_unchanged_omitted and not (job.group_epoch // 2) % 2
             resp = services.assignor.assign(request)

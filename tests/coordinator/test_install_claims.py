@@ -105,7 +105,7 @@ def test_compact_claims_accept_and_refuse_what_the_dict_keyed_check_does(data: s
     for mid, its in target.items():
         mt = common_pb2.MemberTarget(member_id=mid, version=2)
         its.to_proto(mt.connectors_and_tasks)
-        handed[mid] = HandedOut(mt, None, TargetMemberValue(its, 0, 2, b""))
+        handed[mid] = HandedOut(mt, TargetMemberValue(its, 0, 2, b""))
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
     members = [handed[m].entry if m in handed else data.draw(member_entry(m)) for m in MEMBERS]
     snapshot_members = dict.fromkeys(MEMBERS)

@@ -41,17 +41,13 @@ def entry(mid: str, its: Items, version: int = 2) -> common_pb2.MemberTarget:
 
 
 def handed(target: dict[str, Items], form: str = "service") -> dict[str, HandedOut]:
-    """What the coordinator remembers of a snapshot: each entry as handed out, its items, its value.
-    ``form``: "service" (an AssignRequest sent whole), "items-once" (sent with items once: the
-    entries' own items were cleared on the way out, the separate items message is whole), "prepare"
-    (Prepare's response: no separate items message)."""
-    out = {}
+    """What the coordinator remembers of a snapshot: each entry as handed out, and its value.
+    ``form``: "service" (the service's request: the entry's serialized bytes, whichever form the
+    request went in), "prepare" (Prepare's response: the entry as a message)."""
+    out: dict[str, HandedOut] = {}
     for mid, its in target.items():
         mt = entry(mid, its)
-        items_msg = its.to_proto() if form != "prepare" else None
-        if form == "items-once":
-            mt.ClearField("connectors_and_tasks")
-        out[mid] = HandedOut(mt, items_msg, TargetMemberValue(its, 0, 2, b""))
+        out[mid] = HandedOut(mt.SerializeToString() if form == "service" else mt, TargetMemberValue(its, 0, 2, b""))
     return out
 
 
@@ -99,7 +95,7 @@ def test_keeping_unchanged_entries_accepts_and_refuses_what_the_full_check_does(
     members = data.draw(result(target))
     delay = data.draw(st.sampled_from([0, 0, 5_000]))
     snapshot_members = dict.fromkeys(MEMBERS)
-    handed_out = handed(target, data.draw(st.sampled_from(["service", "items-once", "prepare"])))
+    handed_out = handed(target, data.draw(st.sampled_from(["service", "prepare"])))
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
 
     full = outcome(lambda: validate_result(members, snapshot_members, CONNECTORS, delay))
@@ -187,7 +183,7 @@ def test_members_left_out_as_unchanged_are_installed_as_if_given_back_listed(dat
     left_out = [m for m in MEMBERS if m not in {mt.member_id for mt in listed} and data.draw(st.booleans())]
     delay = data.draw(st.sampled_from([0, 0, 5_000]))
     snapshot_members = dict.fromkeys(MEMBERS)
-    handed_out = handed(target, data.draw(st.sampled_from(["service", "items-once", "prepare"])))
+    handed_out = handed(target, data.draw(st.sampled_from(["service", "prepare"])))
     standing = {m: h for m, h in handed_out.items() if data.draw(st.integers(0, 4)) > 0}
     owner = {key: mid for mid, its in target.items() for key in its.item_keys()}
     # A left-out member is given back its entry; the others not listed get no entry.

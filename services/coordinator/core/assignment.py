@@ -251,7 +251,7 @@ def serialize_snapshot(
         # Where its items are, to leave them out in the items-once form: only a listed member's.
         entries.append((entry, len(name), len(name) + len(items)) if mid in group.members else (entry, 0, 0))
         if handed is not None:
-            handed[mid] = HandedOut(entry, None, tv)
+            handed[mid] = HandedOut(entry, tv)
     current_epoch = common_pb2.TargetAssignment(assignment_epoch=group.assignment_epoch).SerializeToString()
     return AssignPayload(assignor_name, head.SerializeToString(), members, current_epoch, entries), handed
 
@@ -534,10 +534,6 @@ def _sort_members(
             entry = handed.entry
             if isinstance(entry, bytes):  # sent serialized (`serialize_snapshot`): its items in it
                 entry = common_pb2.MemberTarget.FromString(entry)
-            elif handed.items is not None:  # its own items were cleared on the way out (items once)
-                entry = common_pb2.MemberTarget()
-                entry.CopyFrom(handed.entry)
-                entry.connectors_and_tasks.CopyFrom(handed.items)
             by_member[mid] = entry
             changed.append((i, mid, entry))
             i += 1
@@ -547,21 +543,11 @@ def _sort_members(
 def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
     """Whether ``mt`` is the entry handed out: one C-level comparison of the two messages, or of
     ``mt``'s bytes with the entry's (sent serialized: equal bytes are an equal message; an equal
-    message in another encoding is checked item by item, as a changed one), or, when the entry's own
-    items were cleared on the way out (items once), the same items, error, version and metadata."""
+    message in another encoding is checked item by item, as a changed one)."""
     entry = handed.entry
     if isinstance(entry, bytes):
         return mt.SerializeToString() == entry
-    if entry == mt:
-        return True
-    value = handed.value
-    return (
-        handed.items is not None
-        and handed.items == mt.connectors_and_tasks
-        and mt.error == value.error
-        and mt.version == value.version
-        and mt.metadata == value.metadata
-    )
+    return bool(entry == mt)
 
 
 def target_items(mt: ResultEntry) -> Items:

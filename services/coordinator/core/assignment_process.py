@@ -142,7 +142,7 @@ class AssignmentProcess(CoreBase):
         if vouched:
             values = group.target_members
             inflight.snapshot_targets = {
-                mt.member_id: HandedOut(mt, None, values[mt.member_id]) for mt in out.current_target.members
+                mt.member_id: HandedOut(mt, values[mt.member_id]) for mt in out.current_target.members
             }
 
     def _abandon_assignment(self, sink: Sink, group: Group, now: int, why: str, backoff: bool = False) -> None:

@@ -122,12 +122,11 @@ class Member:
 class HandedOut(NamedTuple):
     """A target entry as the coordinator handed it out in a snapshot it vouched for."""
 
-    entry: Any  # the current-target entry (a MemberTarget), as sent
-    # A listed member's `target` field (a ConnectorsAndTasks) when the snapshot is an AssignRequest:
-    # it stays whole when the runtime sends the request with items once, which clears the entry's
-    # own items. None in Prepare's response, which goes out as it is.
-    items: Any | None
-    value: TargetMemberValue  # what both were built from
+    # The current-target entry as sent: a MemberTarget in Prepare's response, its serialized bytes
+    # in the service's request (`assignment.serialize_snapshot`; they keep their items in either
+    # form it is sent in).
+    entry: Any
+    value: TargetMemberValue  # what it was built from
 
 
 @dataclass(slots=True)
