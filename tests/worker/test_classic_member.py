@@ -196,6 +196,76 @@ def test_a_follower_syncs_without_assignments_starts_its_share_and_heartbeats_ev
     expect(m, 6_010, RequestKind.HEARTBEAT)
 
 
+def test_heartbeats_go_out_beside_a_sync_that_waits_and_keep_the_session() -> None:
+    """AbstractCoordinator enables its heartbeat thread in COMPLETING_REBALANCE: a SyncGroup answer
+    that comes late (a slow leader, a slow network) must not cost the session (seed 109186)."""
+    m = member()
+    joined(m, 0)
+    nothing_due(m, 2_999)
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    assert (hb.request.member_id, hb.request.generation_id) == ("me", 1)
+    assert m.in_flight is not None and m.in_flight.kind == RequestKind.SYNC  # still waiting
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(), 3_002)
+    nothing_due(m, 5_999)
+    hb = expect(m, 6_000, RequestKind.HEARTBEAT)
+    # REBALANCE_IN_PROGRESS while syncing is ignored: the SyncGroup's answer tells what to do.
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), 6_001)
+    assert m.state == ClassicState.SYNCING and m.in_flight is not None
+    answer_sync(m, 8_000, assignment(items=A))
+    run_effect(m, 8_000, assigned=A)
+    assert m.state == ClassicState.STABLE
+    expect(m, 11_000, RequestKind.HEARTBEAT)
+
+
+def test_a_heartbeat_that_says_the_member_is_gone_while_syncing_abandons_the_sync_and_rejoins() -> None:
+    m = member()
+    stable(m)
+    m.request_rejoin(100, "test")
+    join = expect(m, 100, RequestKind.JOIN)
+    m.on_response(
+        join.seq,
+        classic_pb2.JoinGroupResponse(generation_id=2, protocol_name="sessioned", leader="L", member_id="me"),
+        200,
+    )
+    sync = expect(m, 200, RequestKind.SYNC)
+    hb = expect(m, 3_200, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID), 3_201)
+    assert m.state == ClassicState.JOINING and m.generation == -1 and m.in_flight is None
+    run_effect(m, 3_201, lost=A)
+    join = expect(m, 3_201, RequestKind.JOIN)
+    assert join.request.member_id == ""
+    # The abandoned SyncGroup's late answer changes nothing.
+    m.on_response(sync.seq, classic_pb2.SyncGroupResponse(assignment=assignment(items=A)), 3_300)
+    assert m.state == ClassicState.JOINING and m.poll_effect(3_300) is None and m.running == EMPTY
+
+
+def test_the_answer_to_an_older_generations_heartbeat_is_ignored() -> None:
+    m = member()
+    stable(m)
+    old = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.request_rejoin(3_010, "test")
+    join = expect(m, 3_010, RequestKind.JOIN)  # beside the heartbeat still in flight
+    m.on_response(
+        join.seq,
+        classic_pb2.JoinGroupResponse(generation_id=2, protocol_name="sessioned", leader="L", member_id="me"),
+        3_020,
+    )
+    expect(m, 3_020, RequestKind.SYNC)
+    m.on_response(old.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.ILLEGAL_GENERATION), 3_030)
+    assert m.state == ClassicState.SYNCING and m.generation == 2 and m.running == A
+
+
+def test_a_heartbeat_error_that_is_not_about_membership_retries_after_a_backoff() -> None:
+    m = member(retry_backoff_ms=100, retry_jitter=0.0)
+    stable(m)
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), 3_001)
+    assert m.state == ClassicState.STABLE and m.running == A
+    nothing_due(m, 3_100)  # not at once: a busy loop against a loading coordinator
+    assert m.next_wakeup_ms() == 3_101
+    expect(m, 3_101, RequestKind.HEARTBEAT)
+
+
 # ---- the leader --------------------------------------------------------------------------------------
 
 
