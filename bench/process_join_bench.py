@@ -1,8 +1,9 @@
 """One more `connect-worker` process joins a group of real `connect-worker` processes: the join as a
 user sees it (issue 39).
 
-A `connect-coordinator serve` subprocess (SQLite, client-side mode: the workers compute the
-assignments with the local incremental cooperative assignor) at the production heartbeat interval
+A `connect-coordinator serve` subprocess (SQLite; client-side mode: the workers compute the
+assignments with the local incremental cooperative assignor; or, with ``--assignment service``, a
+`connect-assignor serve` subprocess computes them, as in ``make up`` and the chart) at the production heartbeat interval
 (5 s), a group of N worker processes (20 and 100 by default) running 10 connectors x N tasks, each
 worker writing its status file. Then, ``--joins`` times: a quiet moment at a random phase of the
 heartbeats, one more `connect-worker` process starts, and the join is timed from the moment that
@@ -26,7 +27,7 @@ its work held back by the incremental cooperative assignor's scheduled rebalance
 Times come from the status files' and the event log's own clocks, so how often the bench polls
 does not change them. Reports the median and p95 next to the target (issue 39: <= 50 ms).
 
-    .venv/bin/python bench/process_join_bench.py [--sizes 20,100] [--joins 8] [--interval-ms 5000]
+    .venv/bin/python bench/process_join_bench.py [--sizes 20,100] [--joins 8] [--interval-ms 5000] [--assignment service]
     .venv/bin/python bench/process_join_bench.py --quick      # the CI smoke form (tests/bench/)
 """
 
@@ -60,7 +61,7 @@ from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items, all_items  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from _coordinator import Coordinator, stop_process  # noqa: E402
+from _coordinator import AssignorService, Coordinator, stop_process, threads_cpu_s  # noqa: E402
 
 GROUP = "bench"
 TARGET_MS = 50.0  # issue 39: one join, from the process up to Stable
@@ -243,7 +244,9 @@ class Group:
         self.channel.close()
 
 
-def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: int, log_level: str) -> dict[str, Any]:
+def one_size(
+    workdir: Path, n: int, per_process: int, joins: int, interval_ms: int, log_level: str, assignment: str = "worker"
+) -> dict[str, Any]:
     # A worker lost while 100 processes start on a busy machine would have its work held back for the
     # scheduled rebalance delay (Connect's 5 minutes) before the group can settle; a join into a
     # settled group loses no one, so the delay plays no part in what is measured.
@@ -253,7 +256,9 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
     ]
     if interval_ms < 5_000:  # only the smoke form goes below the production minimum
         settings += [f"group.connect.min.heartbeat.interval.ms={interval_ms}"]
-    coord = Coordinator(workdir, settings)
+    assignor = AssignorService() if assignment == "service" else None
+    extra = ["--assignor-address", assignor.address] if assignor is not None else []
+    coord = Coordinator(workdir, settings, extra)
     group = Group(workdir, coord.address, log_level)
     try:
         for c in range(10):
@@ -271,7 +276,10 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
         for _ in range(joins):
             # A quiet group, joined at a random phase of the members' heartbeats.
             time.sleep(min(2 * interval_ms, 3_000) / 1000 + rng.random() * interval_ms / 1000)
-            cpu0 = coord.cpu_s()
+            cpu0 = threads_cpu_s(coord.proc.pid)
+            assignor_cpu0 = threads_cpu_s(assignor.proc.pid) if assignor is not None else 0.0
+            old = list(group.workers)
+            workers_cpu0 = sum(threads_cpu_s(w.proc.pid) for w in old)
             new = group.spawn(1)
             spawned = time.time()
             # The newcomer's file, polled often: the first write that runs its (final) items.
@@ -284,6 +292,8 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
                 new.read()
                 doc = new.docs.get(new.files[0])
                 if doc is not None and (not seen or seen[-1]["seq"] != doc["seq"]):
+                    if not seen:
+                        newcomer_cpu0 = threads_cpu_s(new.proc.pid)
                     seen.append(doc)
                 result = group.settled() if doc is not None and doc["running"] == doc["assigned"] else None
                 if result is not None and not group.confirmed(result["epoch"]):
@@ -306,13 +316,22 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
                     "status_files_ms": (result["last_write"] - up) * 1000,
                     "newcomer_items": len(Items.from_json(final["running"])),
                     "group_epoch": result["epoch"],
-                    "coordinator_cpu_ms": (coord.cpu_s() - cpu0) * 1000,
+                    "coordinator_cpu_ms": (threads_cpu_s(coord.proc.pid) - cpu0) * 1000,
+                    "assignor_cpu_ms": (threads_cpu_s(assignor.proc.pid) - assignor_cpu0) * 1000
+                    if assignor is not None
+                    else 0.0,
+                    # The group's processes (the newcomer's own start-up not counted).
+                    "workers_cpu_ms": (sum(threads_cpu_s(w.proc.pid) for w in old) - workers_cpu0) * 1000,
+                    # The newcomer's, from its first status file seen (about when it is up) to the end.
+                    "newcomer_cpu_ms": (threads_cpu_s(new.proc.pid) - newcomer_cpu0) * 1000,
                     "coordinator_events_ms": events,
                 }
             )
     finally:
         group.close()
         coord.stop()
+        if assignor is not None:
+            assignor.stop()
     stable = [r["converged_ms"] for r in runs]
     files = [r["status_files_ms"] for r in runs]
     items = [r["runs_items_ms"] for r in runs]
@@ -321,6 +340,7 @@ def one_size(workdir: Path, n: int, per_process: int, joins: int, interval_ms: i
         "tasks": 10 * n,
         "per_process": per_process,
         "heartbeat_interval_ms": interval_ms,
+        "assignment": assignment,
         "formed_s": formed_s,
         "runs": runs,
         "converged_median_ms": statistics.median(stable),
@@ -337,6 +357,13 @@ def main() -> int:
     p.add_argument("--joins", type=int, default=8, help="joins per size (>= 5 for a median and p95)")
     p.add_argument("--interval-ms", type=int, default=5_000, help="heartbeat interval (production: 5000)")
     p.add_argument("--per-process", type=int, default=1, help="workers per process in the group (--simulate)")
+    p.add_argument(
+        "--assignment",
+        choices=["worker", "service"],
+        default="worker",
+        help="worker: client-side mode, a worker computes each target (default); service: a connect-assignor "
+        "process computes them (the default deployment: make up, the chart)",
+    )
     p.add_argument("--log-level", default="WARNING", help="the processes' log level")
     p.add_argument("--quick", action="store_true", help="a smoke run: a group of 3, 2 joins, 1 s interval")
     p.add_argument("--keep", action="store_true", help="keep the status files and logs (printed on failure)")
@@ -352,13 +379,14 @@ def main() -> int:
         for n in sizes:
             d = Path(tmp) / f"n{n}"
             d.mkdir()
-            r = one_size(d, n, args.per_process, args.joins, args.interval_ms, args.log_level)
+            r = one_size(d, n, args.per_process, args.joins, args.interval_ms, args.log_level, args.assignment)
             results.append(r)
             print(
                 f"group of {n}: converged median {r['converged_median_ms']:.1f} ms, p95 {r['converged_p95_ms']:.1f} ms",
                 flush=True,
             )
-    print(f"One more connect-worker process joins (heartbeat interval {args.interval_ms} ms, SQLite, client-side):")
+    where = "client-side" if args.assignment == "worker" else "an assignor service"
+    print(f"One more connect-worker process joins (heartbeat interval {args.interval_ms} ms, SQLite, {where}):")
     print(
         "| group | tasks | joins | runs its items: median / p95 ms | Stable and running: median / p95 ms "
         "| every status file at the epoch: median ms | target | met? |"
@@ -387,9 +415,15 @@ def main() -> int:
     for r in results:
         up = statistics.median(x["process_start_to_up_ms"] for x in r["runs"])
         cpu = statistics.median(x["coordinator_cpu_ms"] for x in r["runs"])
+        wcpu = statistics.median(x["workers_cpu_ms"] for x in r["runs"])
+        acpu = statistics.median(x["assignor_cpu_ms"] for x in r["runs"])
+        ncpu = statistics.median(x["newcomer_cpu_ms"] for x in r["runs"])
+        service = f", the assignor's {acpu:.0f} ms" if r["assignment"] == "service" else ""
         print(
             f"group of {r['workers']}: formed in {r['formed_s']:.1f} s; a process is up {up:.0f} ms after it is "
-            f"spawned (not counted); coordinator CPU per join {cpu:.0f} ms (median, spawn to Stable, the bench's DescribeGroups included)"
+            f"spawned (not counted); per join (medians, spawn to Stable): coordinator CPU {cpu:.0f} ms (the bench's "
+            f"DescribeGroups included), the group's {r['workers']} worker processes' CPU {wcpu:.0f} ms, the newcomer's "
+            f"{ncpu:.0f} ms (once up){service}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

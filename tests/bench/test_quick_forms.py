@@ -30,11 +30,12 @@ def run_bench(script: str, out: Path, *args: str) -> tuple[str, Any]:
     return done.stdout, json.loads(out.read_text())
 
 
-def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path) -> None:
-    stdout, results = run_bench("process_join_bench.py", tmp_path / "join.json")
+@pytest.mark.parametrize("assignment", ["worker", "service"])
+def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path, assignment: str) -> None:
+    stdout, results = run_bench("process_join_bench.py", tmp_path / "join.json", "--assignment", assignment)
     assert "<= 50 ms" in stdout and "Stable and running" in stdout
     [size] = results
-    assert size["workers"] == 3 and len(size["runs"]) == 2
+    assert size["workers"] == 3 and len(size["runs"]) == 2 and size["assignment"] == assignment
     epochs = [r["group_epoch"] for r in size["runs"]]
     assert epochs == sorted(set(epochs)), "each join is a new group epoch"
     for r in size["runs"]:
@@ -48,6 +49,9 @@ def test_process_join_bench_times_a_real_worker_process_joining(tmp_path: Path) 
         ev = r["coordinator_events_ms"]
         assert -1 < ev["joined"] <= ev["installed"] <= ev["stable"], ev  # (the log's clock: whole ms)
         assert ev["installed"] <= ev["newcomer_assigned"] <= ev["stable"], ev
+        # Every process worked for the join (schedstat, to the nanosecond); the assignor only when asked.
+        assert r["coordinator_cpu_ms"] > 0 and r["workers_cpu_ms"] > 0 and r["newcomer_cpu_ms"] > 0, r
+        assert (r["assignor_cpu_ms"] > 0) == (assignment == "service"), r
 
 
 @pytest.mark.parametrize("mode", ["worker", "service"])
