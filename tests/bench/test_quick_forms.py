@@ -76,3 +76,11 @@ def test_assign_rpc_bench_sends_the_coordinators_request(tmp_path: Path) -> None
     # One join into a balanced group: the answer lists only the members whose entry changes.
     assert 1 <= r["members_answered"] < 100
     assert r["request_mb"] > r["response_mb"] > 0
+
+
+def test_grpc_floor_bench_measures_a_bare_calls_cpu_on_both_sides(tmp_path: Path) -> None:
+    stdout, r = run_bench("grpc_floor_bench.py", tmp_path / "floor.json")
+    assert "CPU per call" in stdout and r["calls"] == 30
+    for client in ("grpc.aio", "grpc (sync)"):
+        # Both sides used CPU for the calls (a server that never answered would fail the calls).
+        assert r[client]["client_ms"] > 0 and r[client]["server_ms"] > 0, r
