@@ -184,6 +184,14 @@ class ClassicConfig:
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below session_timeout_ms "
                 f"({self.session_timeout_ms})"
             )
+        if self.rebalance_timeout_ms <= self.heartbeat_interval_ms:
+            # A member learns of a rebalance from its next heartbeat and must rejoin within the
+            # rebalance timeout; it never could, and the group would rebalance for ever (each member
+            # dropped from the last join rejoins as a new one). Connect: 60000 against 3000.
+            raise ValueError(
+                f"rebalance_timeout_ms ({self.rebalance_timeout_ms}) must be above heartbeat_interval_ms "
+                f"({self.heartbeat_interval_ms}): a member learns of a rebalance from its heartbeat"
+            )
         if not 0 <= self.scheduled_rebalance_max_delay_ms < 2**31:
             raise ValueError(
                 f"scheduled_rebalance_max_delay_ms must be in [0, {2**31 - 1}], got {self.scheduled_rebalance_max_delay_ms}"

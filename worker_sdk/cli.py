@@ -229,6 +229,11 @@ def _classic_settings(args: argparse.Namespace) -> dict[str, Any]:
             f"--heartbeat-interval-ms ({out['heartbeat_interval_ms']}) must be below --session-timeout-ms "
             f"({out['session_timeout_ms']})"
         )
+    if args.rebalance_timeout_ms <= out["heartbeat_interval_ms"]:
+        raise ValueError(
+            f"--rebalance-timeout-ms ({args.rebalance_timeout_ms}) must be above --heartbeat-interval-ms "
+            f"({out['heartbeat_interval_ms']}): a member learns of a rebalance from its heartbeat"
+        )
     delay = out["scheduled_rebalance_max_delay_ms"]
     if not 0 <= delay < 2**31:
         raise ValueError(f"--scheduled-rebalance-max-delay-ms must be in [0, {2**31 - 1}], got {delay}")

@@ -45,6 +45,23 @@ def test_seeds_pick_connect_or_classic_groups_and_classic_modes() -> None:
     assert generate(3, protocol=CLASSIC).classic in CLASSIC_MODES
 
 
+def test_every_classic_worker_can_learn_of_a_rebalance_within_its_rebalance_timeout() -> None:
+    """A member hears of a rebalance from its next heartbeat: a rebalance timeout not above the
+    interval rebalanced for ever (seed 119219). Every classic and migration scenario is a valid
+    `ClassicConfig` (the generator draws twice the interval instead)."""
+    for seed in range(600):
+        for protocol in (CLASSIC, "mixed"):
+            s = generate(seed, protocol=protocol)
+            for w in s.workers:
+                assert w.rebalance_timeout_ms > s.heartbeat_interval_ms, (seed, protocol, w)
+                ClassicConfig(
+                    "g",
+                    session_timeout_ms=s.session_timeout_ms,
+                    heartbeat_interval_ms=s.heartbeat_interval_ms,
+                    rebalance_timeout_ms=w.rebalance_timeout_ms,
+                )
+
+
 def test_a_classic_scenario_survives_its_token_and_replays_exactly() -> None:
     s = generate(classic_seeds(1, start=40)[0])
     assert Scenario.from_token(s.token()) == s

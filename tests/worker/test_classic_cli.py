@@ -22,6 +22,10 @@ from worker_sdk.cli import build_parser, build_workers, main
         ),
         (["--group-protocol", "classic", "--session-timeout-ms", "0"], "--session-timeout-ms must be > 0, got 0"),
         (
+            ["--group-protocol", "classic", "--rebalance-timeout-ms", "3000"],
+            "--rebalance-timeout-ms (3000) must be above --heartbeat-interval-ms (3000)",
+        ),
+        (
             ["--group-protocol", "classic", "--scheduled-rebalance-max-delay-ms", "-1"],
             "--scheduled-rebalance-max-delay-ms must be in [0, 2147483647], got -1",
         ),

@@ -196,6 +196,13 @@ def test_a_follower_syncs_without_assignments_starts_its_share_and_heartbeats_ev
     expect(m, 6_010, RequestKind.HEARTBEAT)
 
 
+@pytest.mark.parametrize(("rebalance", "interval"), [(400, 400), (300, 400)])
+def test_a_rebalance_timeout_not_above_the_heartbeat_interval_is_refused(rebalance: int, interval: int) -> None:
+    with pytest.raises(ValueError, match=r"rebalance_timeout_ms \(\d+\) must be above heartbeat_interval_ms"):
+        ClassicConfig(GROUP, rebalance_timeout_ms=rebalance, heartbeat_interval_ms=interval, session_timeout_ms=3_000)
+    ClassicConfig(GROUP, rebalance_timeout_ms=interval + 1, heartbeat_interval_ms=interval, session_timeout_ms=3_000)
+
+
 def test_heartbeats_go_out_beside_a_sync_that_waits_and_keep_the_session() -> None:
     """AbstractCoordinator enables its heartbeat thread in COMPLETING_REBALANCE: a SyncGroup answer
     that comes late (a slow leader, a slow network) must not cost the session (seed 109186)."""
