@@ -1,6 +1,8 @@
 """A member's target held as a tuple of tasks (services/coordinator/core/held_items.py) behaves as the
 frozenset it stands for: equality and hash with any set, every set operator and method, in either
-order and mixed with frozensets, and the `Items` built on it."""
+order and mixed with frozensets, and the `Items` built on it -- up to `SMALL` tasks (membership by a
+scan) and beyond (by a binary search); `held_from_proto` holds what `held(Items.from_proto(...))`
+holds."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connect.coordinator.v1 import common_pb2
+from services.common import compact
 from services.common.items import Items, TaskId
-from services.coordinator.core.held_items import SMALL, SmallTasks, held
+from services.coordinator.core.held_items import SMALL, SmallTasks, held, held_from_proto
 
-task_sets = st.frozensets(st.builds(TaskId, st.sampled_from(["a", "b"]), st.integers(0, 9)), max_size=SMALL)
+# Sets on both sides of SMALL: a scan up to it, a binary search beyond.
+task_sets = st.frozensets(st.builds(TaskId, st.sampled_from(["a", "b", "c"]), st.integers(0, 20)), max_size=3 * SMALL)
 BINARY = [operator.or_, operator.and_, operator.sub, operator.xor, operator.le, operator.lt, operator.ge, operator.gt]
 BINARY += [operator.eq, operator.ne]
 
@@ -35,6 +40,9 @@ def test_small_tasks_answer_as_frozensets(a: frozenset[TaskId], b: frozenset[Tas
     assert sa.issuperset(b) == a.issuperset(b)
     assert sa.union(b) == a | b and sa.intersection(b) == a & b and sa.difference(b) == a - b
     assert all(t in sa for t in a) and all((t not in sa) for t in b - a)
+    everything = [TaskId(c, n) for c in ("", "a", "b", "c", "d") for n in range(-1, 23)]
+    assert [t in sa for t in everything] == [t in a for t in everything]
+    assert [tuple(t) in sa for t in everything] == [t in a for t in everything]  # a plain pair too
     keyed: dict[object, int] = {sa: 1}
     assert keyed[a] == 1  # found as the frozenset's key
     assert repr(sa).startswith("frozenset(")
@@ -61,9 +69,15 @@ def test_held_items_equal_the_items_they_hold(a: frozenset[TaskId], b: frozenset
         assert all(t.connector is sys.intern(t.connector) for t in h.tasks)
 
 
-def test_large_sets_stay_frozensets_and_the_small_form_is_smaller() -> None:
-    big = Items.of((), [("c", t) for t in range(SMALL + 1)])
-    assert type(held(big).tasks) is frozenset
+def test_large_sets_are_held_compact_too_and_the_form_is_smaller() -> None:
+    hundred = frozenset(TaskId(f"c{t % 7}", t) for t in range(100))
+    big = held(Items(frozenset(), hundred))
+    assert type(big.tasks) is SmallTasks and big.tasks == hundred and len(big.tasks) == 100
+    # 16 bytes a task, no TaskId held, against a frozenset's table and 100 TaskIds.
+    assert sys.getsizeof(big.tasks) * 4 < sys.getsizeof(hundred) + sum(map(sys.getsizeof, hundred))
+    assert list(big.tasks) == sorted(hundred)  # held sorted: what the binary search reads
+    for odd in ("c0", ("c0", 0, 1), (0, "c0"), ("c0", "0"), (None, None), ("c0", 0.0), ("c0", True)):
+        assert (odd in big.tasks) == (odd in hundred), odd
     ten = frozenset(TaskId("c", t) for t in range(10))
     small = SmallTasks(ten)
     # 200 bytes, and no TaskId held (connector names and numbers only), against 728 + 10 x 56.
@@ -81,3 +95,55 @@ def test_small_tasks_copy_and_pickle_as_the_same_set(a: frozenset[TaskId]) -> No
     assert copy.deepcopy(items) == items and pickle.loads(pickle.dumps(items)) == items
     assert ("a", 0) in small if TaskId("a", 0) in a else ("a", 0) not in small  # a plain pair too
     assert "a" not in small and ("a", 0, 1) not in small
+
+
+def _same(a: frozenset[TaskId], b: frozenset[TaskId]) -> bool:
+    """The same held form: both SmallTasks, equal as tuples (sorted alike), or both empty frozensets."""
+    if type(a) is SmallTasks and type(b) is SmallTasks:
+        return tuple.__eq__(a, b) is True
+    return type(a) is type(b) is frozenset and not a and not b
+
+
+def _message(
+    tasks: list[TaskId], ranges: list[tuple[str, int, int]], connectors: list[str]
+) -> common_pb2.ConnectorsAndTasks:
+    msg = common_pb2.ConnectorsAndTasks(connectors=connectors)
+    for c, t in tasks:
+        msg.tasks.add(connector=c, task=t)
+    for c, first, count in ranges:
+        msg.task_range_connectors.append(c)
+        msg.task_range_firsts.append(first)
+        msg.task_range_counts.append(count)
+    return msg
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.builds(TaskId, st.sampled_from(["a", "b", "c"]), st.integers(0, 40)), max_size=60),
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 40), st.integers(1, 5)), max_size=12),
+    st.lists(st.sampled_from(["a", "b", "c"]), max_size=4),
+)
+def test_held_from_proto_holds_what_held_from_proto_items_holds(
+    tasks: list[TaskId], ranges: list[tuple[str, int, int]], connectors: list[str]
+) -> None:
+    """The fast path (the message's tasks straight into the tuple, in any order, repeated or
+    overlapping) and the general one (a frozenset of TaskIds, then `held`) hold the same items."""
+    msg = _message(tasks, ranges, connectors)
+    general, fast = held(Items.from_proto(msg)), held_from_proto(msg)
+    assert fast == general and _same(fast.tasks, general.tasks) and len(fast.tasks) == len(general.tasks)
+    assert all(t.connector is sys.intern(t.connector) for t in fast.tasks)
+    assert all(c is sys.intern(c) for c in fast.connectors)
+    # Either form of the same items on the wire.
+    for form in (fast.to_proto(), fast.to_proto(compact_tasks=True)):
+        assert _same(held_from_proto(form).tasks, fast.tasks)
+
+
+def test_held_from_proto_refuses_a_bad_range_as_from_proto_does() -> None:
+    msg = _message([], [("a", 0, 0)], [])
+    for decode in (Items.from_proto, held_from_proto):
+        try:
+            decode(msg, "members[3].connectors_and_tasks")
+        except compact.InvalidItems as e:
+            assert str(e) == "members[3].connectors_and_tasks.task_range_counts[0] must be >= 1, got 0"
+        else:
+            raise AssertionError("accepted a range of 0 tasks")

@@ -16,7 +16,7 @@ from services.assignor import LOAD_BALANCED
 from services.common import compact
 from services.common.items import Items, TaskId
 from services.coordinator.core import loads
-from services.coordinator.core.held_items import held
+from services.coordinator.core.held_items import held_from_proto
 from services.coordinator.core.item_index import ItemKey
 from services.coordinator.core.records import AssignorSpec, TargetMemberValue
 from services.coordinator.core.state import AssignorKey, Group, HandedOut, Member
@@ -552,8 +552,8 @@ def _given_back(handed: HandedOut, mt: common_pb2.MemberTarget) -> bool:
 
 def target_items(mt: ResultEntry) -> Items:
     """A member's installed target, held for as long as the target stands: connector names
-    interned (protobuf makes a new string per field read; see `Items.interned`), a few tasks as a
-    tuple (`held_items`). (A kept target value: its own items.)"""
+    interned (protobuf makes a new string per field read; see `Items.interned`), the tasks as a
+    sorted tuple (`held_items`). (A kept target value: its own items.)"""
     if isinstance(mt, TargetMemberValue):
         return mt.items
-    return held(Items.from_proto(mt.connectors_and_tasks))
+    return held_from_proto(mt.connectors_and_tasks)
