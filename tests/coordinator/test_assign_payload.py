@@ -10,6 +10,7 @@ sent.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,23 @@ def check(ctx: Context, job: ServiceAssignment) -> None:
         }
     else:
         assert handed is None
+
+
+def take(ctx: Context, job: ServiceAssignment, items_once: bool) -> assignor_pb2.AssignRequest:
+    """The request as the runtime sends it (`AssignPayload.take`): `to_bytes`'s bytes, once; then
+    the payload refuses with a clear error, and the entries handed out stay as they were (they are
+    the snapshot's, not the payload's)."""
+    inflight = ctx.group(job.group_id).process.in_flight
+    handed = dict(inflight.snapshot_targets or {}) if inflight is not None else {}
+    want = job.payload.to_bytes(items_once=items_once)
+    assert job.payload.take(items_once=items_once) == want
+    with pytest.raises(RuntimeError, match=r"taken \(AssignPayload.take\)"):
+        job.payload.to_bytes()
+    if inflight is not None:
+        assert {mid: h.entry for mid, h in (inflight.snapshot_targets or {}).items()} == {
+            mid: h.entry for mid, h in handed.items()
+        }
+    return assignor_pb2.AssignRequest.FromString(want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,8 +107,8 @@ def test_the_serialized_request_is_the_message_the_general_path_builds(tasks: li
             ctx.converge()
             fresh(check_them=False)
         elif step == "answer":
-            for job in ctx.take_all_service_calls():
-                once = assignor_pb2.AssignRequest.FromString(job.payload.to_bytes(items_once=True))
+            for k, job in enumerate(ctx.take_all_service_calls()):
+                once = take(ctx, job, items_once=k % 2 == 0)
                 ctx._apply(
                     ctx.coordinator.complete_service_assignment(
                         job.group_id, job.group_epoch, assignor.assign(once), ctx.now

@@ -809,7 +809,8 @@ class CoordinatorRuntime:
         service = client.address
         # Each member's items once (a third of the bytes at 10,000 members) only for a service that
         # said it reads that form: an older one would read the cleared fields as empty.
-        request = job.payload.to_bytes(items_once=client.reads_items_once)
+        # Taken: the payload's pieces go once the bytes are made, not with this coroutine.
+        request = job.payload.take(items_once=client.reads_items_once)
         try:
             response = await client.assign(request, timeout_s)
             del request
