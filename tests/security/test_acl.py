@@ -267,7 +267,8 @@ def test_super_user_may_do_everything_and_denials_are_counted_by_method(stack: S
     # No principal in the metric's labels.
     text = urllib.request.urlopen(stack.proc.metrics_address, timeout=10).read().decode()
     assert all("dave" not in line for line in text.splitlines() if line.startswith("connect_coordinator_authorization"))
-    assert any("denied User:dave Read on group 'anything-goes'" in line for line in stack.proc.output)
+    # The log line is read from the process's stderr by a thread: it may come a moment after the answer.
+    _eventually(lambda: any("denied User:dave Read on group 'anything-goes'" in line for line in stack.proc.output))
 
 
 def _eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
