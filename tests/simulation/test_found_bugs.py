@@ -269,11 +269,6 @@ def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assi
         # judged zombies only while a coordinator served the group, so it saw an item on two workers,
         # neither a zombie. Zombies are now judged against the members last seen.
         (53132, "classic"),
-        # A classic worker's SyncGroup answer was delayed 4.6 s by a fault; the coordinator had re-armed
-        # its 5 s session when it answered, and the worker sent no heartbeat until the answer came: the
-        # session ran out just after converging (c-stability). As AbstractCoordinator's heartbeat
-        # thread, the worker now heartbeats from the JoinGroup answer on, beside the SyncGroup.
-        (109186, "classic"),
         # Three classic workers with a 400 ms rebalance timeout and a 400 ms heartbeat interval: each
         # rebalance's join phase ended before some member's heartbeat told it to rejoin, and the member
         # dropped from it rejoined as a new one, starting the next (c-convergence, generation 50 after
