@@ -56,17 +56,27 @@ Rules (Kafka's and Connect's, with the file each follows):
   when the answer asks for it. CONFIG_MISMATCH: nothing changes (a cooperative worker keeps running
   its items and reporting them), the config is refreshed and the worker rejoins. An answer at a
   config offset above the worker's: the config is read (up to it) before anything starts.
-* **Heartbeats** every ``heartbeat_interval_ms`` while STABLE (Connect's 3000 with a 10000 session);
-  REBALANCE_IN_PROGRESS -> rejoin; ILLEGAL_GENERATION -> the work is lost, the generation reset,
-  rejoin with the same id; UNKNOWN_MEMBER_ID -> the same, with a new id. Retriable errors and
-  transport failures are retried after a backoff (a failed SyncGroup: rejoin after the backoff).
+* **Heartbeats** every ``heartbeat_interval_ms`` from the JoinGroup answer on, while SYNCING and
+  STABLE (Connect's 3000 with a 10000 session), beside a SyncGroup in flight (AbstractCoordinator's
+  heartbeat thread is enabled in COMPLETING_REBALANCE: a SyncGroup answer that comes late must not
+  cost the session -- found by the simulator, seed 109186); REBALANCE_IN_PROGRESS -> rejoin (while
+  SYNCING in a classic group too, abandoning the SyncGroup: the group is preparing the next
+  generation and answered it the same, an answer that may be lost -- Kafka's client ignores it
+  there, relying on TCP; in a `connect` group, which asks a classic member to rejoin once it has
+  synced, it is ignored while SYNCING); ILLEGAL_GENERATION -> the work is lost, the generation
+  reset, rejoin with the same id; UNKNOWN_MEMBER_ID -> the same, with a new id (an answer to a
+  heartbeat of an older generation is ignored). Retriable errors and transport failures are retried
+  after a backoff (a failed SyncGroup: rejoin after the backoff).
 * **Session safety**: if no request proved the membership alive for ``session_timeout_ms - margin``
   (margin: the larger of one heartbeat interval and 20% of the session, or
   ``session_safety_margin_ms``) every item is stopped as lost and the worker rejoins, so that no
   zombie runs what the group may already have given to another worker. A successful heartbeat
-  proves it from when it was sent, a JoinGroup / SyncGroup answer from when it arrived (the
-  coordinator re-arms the session when it answers); while a JoinGroup or SyncGroup is parked the
-  clock does not run (the coordinator keeps members that wait in them alive).
+  proves it from when it was sent, as does a SyncGroup answer; a JoinGroup answer from when it
+  arrived (the coordinator re-arms the session when it answers); while a JoinGroup is parked the
+  clock does not run (the coordinator keeps members that wait in it alive, and no heartbeat goes out
+  while joining) -- one JoinGroup per proof of membership: a retry after one went unanswered runs
+  the clock (the member may have been dropped meanwhile). It runs while a SyncGroup waits: the
+  heartbeats beside it keep it going.
 * **Config** (the admin API's DescribeGroups: ``connectors`` and ``config_offset``; offset 0 means
   unknown: the connectors are used as they are): read before the first join, when an answer is
   CONFIG_MISMATCH or at a higher offset, before a join when older than the refresh interval, and
@@ -260,6 +270,7 @@ class ClassicMember:
         self._synced_once = False  # an allocation is reported from then on
         self._seq = 0
         self._control: ClassicRequest | None = None
+        self._beat: ClassicRequest | None = None  # a heartbeat in flight (beside a SyncGroup)
         self._config_req: ClassicRequest | None = None
         self._control_retry_at: int | None = None
         self._config_retry_at: int | None = None
@@ -271,6 +282,9 @@ class ClassicMember:
         self._rejoin_at: int | None = None  # the answer's delay
         self._sync_request: classic_pb2.SyncGroupRequest | None = None
         self._alive_ms: int | None = None  # the coordinator knew us alive at this time
+        # A JoinGroup may pause the session clock once per proof of membership: the one in flight does.
+        self._join_may_pause = True
+        self._join_pauses = False
         # The last JoinGroup answer came from a `connect` group (no leader: SPEC §12 rule 3).
         self._converted = False
         self._safety_tripped = False
@@ -322,6 +336,10 @@ class ClassicMember:
         return self._config_req
 
     @property
+    def heartbeat_in_flight(self) -> ClassicRequest | None:
+        return self._beat
+
+    @property
     def effect_outstanding(self) -> Effect | None:
         return self._effect
 
@@ -340,6 +358,7 @@ class ClassicMember:
             and not self._lose_all
             and not self._running
             and self._control is None
+            and self._beat is None
         )
 
     def safety_margin_ms(self) -> int:
@@ -349,14 +368,20 @@ class ClassicMember:
 
     def safety_deadline_ms(self) -> int | None:
         """When all work is stopped if nothing proves the membership alive before (None: not
-        running, or a JoinGroup / SyncGroup waits in a classic group, whose coordinator keeps a waiting
-        member alive -- not in a `connect` group (SPEC §12 rule 3: its last answer named no leader),
-        which answers them at once and fences a member that does not rejoin or sync in time)."""
+        running, or a JoinGroup waits in a classic group, whose coordinator keeps a waiting member
+        alive -- not in a `connect` group (SPEC §12 rule 3: its last answer named no leader), which
+        answers it at once and fences a member that does not rejoin in time). Only one JoinGroup
+        pauses it per proof of membership: once one went unanswered, the member may already have
+        been dropped without knowing, and a retry that paused the clock again would run its work on
+        for another rebalance timeout (found by the simulator, seed 321402). The clock runs while a
+        SyncGroup waits: the member heartbeats beside it, and only those answers prove it a member of
+        the generation all along (a waiting SyncGroup whose answer is lost proves nothing)."""
         if self._alive_ms is None or self._safety_tripped:
             return None
         if (
             self._control is not None
-            and self._control.kind in (RequestKind.JOIN, RequestKind.SYNC)
+            and self._control.kind == RequestKind.JOIN
+            and self._join_pauses
             and not self._converted
         ):
             return None
@@ -401,6 +426,7 @@ class ClassicMember:
         if self.state in (ClassicState.UNSUBSCRIBED, ClassicState.FATAL, ClassicState.LEAVING):
             return
         self._control = None
+        self._beat = None
         self._control_retry_at = None
         self._leave_attempts = 0
         self._leave_timeout_ms = timeout_ms
@@ -430,6 +456,16 @@ class ClassicMember:
             self._config_retry_at = None  # over (as the control backoff below: no wake-up due forever)
         if self._config_req is None and self._config_due(now_ms):
             return self._send_config(now_ms)
+        if (
+            self._beat is None
+            and self.state in (ClassicState.STABLE, ClassicState.SYNCING)
+            and self._next_heartbeat_ms is not None
+            and now_ms >= self._next_heartbeat_ms
+        ):
+            beat = classic_pb2.HeartbeatRequest(
+                group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation
+            )
+            return self._send(now_ms, RequestKind.HEARTBEAT, beat, self.request_timeout_ms())
         if self._control is not None:
             return None
         if self._control_retry_at is not None and now_ms < self._control_retry_at:
@@ -453,15 +489,6 @@ class ClassicMember:
         if self.state == ClassicState.SYNCING:
             assert self._sync_request is not None
             return self._send(now_ms, RequestKind.SYNC, self._sync_request, self._long_timeout())
-        if (
-            self.state == ClassicState.STABLE
-            and self._next_heartbeat_ms is not None
-            and now_ms >= self._next_heartbeat_ms
-        ):
-            beat = classic_pb2.HeartbeatRequest(
-                group_id=self.config.group_id, member_id=self.member_id, generation_id=self.generation
-            )
-            return self._send(now_ms, RequestKind.HEARTBEAT, beat, self.request_timeout_ms())
         return None
 
     def _long_timeout(self) -> int:
@@ -473,9 +500,13 @@ class ClassicMember:
         if kind == RequestKind.CONFIG:
             self._config_req = out
             self._config_retry_at = None
+        elif kind == RequestKind.HEARTBEAT:
+            self._beat = out
         else:
             self._control = out
             self._control_retry_at = None
+            if kind == RequestKind.JOIN:
+                self._join_pauses, self._join_may_pause = self._join_may_pause, False
         return out
 
     def _config_due(self, now_ms: int) -> bool:
@@ -543,6 +574,12 @@ class ClassicMember:
             out = self._config_req
             self._config_req = None
             self._on_config(out, response, now_ms)
+        elif self._beat is not None and self._beat.seq == seq:
+            out = self._beat
+            self._beat = None
+            code = response.error_code
+            self.last_error = None if code == ErrorCode.NONE else (_error_name(code), response.error_message)
+            self._on_heartbeat(out, response, now_ms)
         elif self._control is not None and self._control.seq == seq:
             out = self._control
             self._control = None
@@ -552,8 +589,6 @@ class ClassicMember:
                 self._on_join(out, response, now_ms)
             elif out.kind == RequestKind.SYNC:
                 self._on_sync(out, response, now_ms)
-            elif out.kind == RequestKind.HEARTBEAT:
-                self._on_heartbeat(out, response, now_ms)
             else:
                 self._on_leave(response, now_ms)
         else:
@@ -568,6 +603,13 @@ class ClassicMember:
             self._config_failures += 1
             self._config_retry_at = now_ms + self._backoff_ms(self._config_failures)
             log.warning("member %s: reading the config failed: %s", self.member_id or "(new)", reason)
+            return
+        if self._beat is not None and self._beat.seq == seq:
+            # AbstractCoordinator: the next heartbeat after the retry backoff (the session decides).
+            self._beat = None
+            self._failures += 1
+            self._next_heartbeat_ms = now_ms + self._backoff_ms(self._failures)
+            log.warning("member %s: heartbeat failed: %s", self.member_id, reason or "no answer")
             return
         out = self._control
         if out is None or out.seq != seq:
@@ -674,6 +716,7 @@ class ClassicMember:
         self._converted = not response.leader  # a `connect` group answered (SPEC §12 rule 3)
         self._alive_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
+        self._join_may_pause = True
         self.member_id = response.member_id or self.member_id
         self.generation = response.generation_id
         self.leader_id = response.leader
@@ -699,13 +742,17 @@ class ClassicMember:
             for mid, data in assignments.items():
                 request.assignments.add(member_id=mid, assignment=data)
         self._sync_request = request
+        self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
         self._set_state(now_ms, ClassicState.SYNCING, f"joined generation {self.generation}")
 
     def _alive_since(self, out: ClassicRequest, now_ms: int) -> int:
         """Since when a JoinGroup / SyncGroup answer proves the member alive: a classic coordinator
-        re-arms the session when it releases a waiting call (about now); a `connect` group's, when the
-        call arrived -- after it was sent, which is all the member knows (as for a heartbeat)."""
-        if self._converted:
+        re-arms the session when it releases a waiting JoinGroup (about now: no heartbeat runs while
+        joining); a `connect` group's, when the call arrived -- after it was sent, which is all the
+        member knows (as for a heartbeat). A SyncGroup answer counts from when it was sent (the
+        heartbeats beside it prove the rest): a late answer must not move the clock past the
+        coordinator's."""
+        if self._converted or out.kind == RequestKind.SYNC:
             return max(self._alive_ms or 0, out.sent_ms)
         return now_ms
 
@@ -788,6 +835,7 @@ class ClassicMember:
         self._failures = 0
         self._alive_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
+        self._join_may_pause = True
         self._sync_request = None
         self.leader_id, self.leader_url = a.leader, a.leader_url
         if response.protocol_name:
@@ -847,11 +895,39 @@ class ClassicMember:
             self._failures = 0
             self._alive_ms = max(self._alive_ms or 0, out.sent_ms)
             self._safety_tripped = False
-        if self.state != ClassicState.STABLE:
-            return
-        if code == ErrorCode.NONE:
+            self._join_may_pause = True
+        if (
+            self.state not in (ClassicState.STABLE, ClassicState.SYNCING)
+            or out.request.generation_id != self.generation
+        ):
+            return  # not heartbeating, or the answer of an older generation's heartbeat
+        syncing = self.state == ClassicState.SYNCING
+        if code == ErrorCode.NONE or (code == ErrorCode.REBALANCE_IN_PROGRESS and syncing and self._converted):
+            # (A `connect` group tells a classic member to rejoin once it has synced: its SyncGroup
+            # answer says what to stop first -- AbstractCoordinator ignores it while syncing.)
             self._next_heartbeat_ms = out.sent_ms + self.config.heartbeat_interval_ms
             return
+        membership = (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS)
+        if code not in CLASSIC_FATAL_ERRORS and code not in membership:
+            # The next heartbeat after a backoff (not at once: the answer came quickly).
+            level = logging.WARNING if code in RETRIABLE_ERRORS else logging.ERROR
+            log.log(
+                level,
+                "member %s: Heartbeat failed with %s (%s)",
+                self.member_id,
+                _error_name(code),
+                response.error_message,
+            )
+            self._failures += 1
+            self._next_heartbeat_ms = now_ms + self._backoff_ms(self._failures)
+            return
+        if syncing:
+            # This generation is over: a classic group answering REBALANCE_IN_PROGRESS to a heartbeat
+            # of the generation being synced is preparing the next one, and has answered the parked
+            # SyncGroup the same (an answer that may be lost: waiting for its timeout kept the worker
+            # running its work after the join phase had dropped it -- found by the simulator, seed
+            # 140234). The SyncGroup's answer no longer matters.
+            self._control = None
         self._common_error("Heartbeat", code, response.error_message, now_ms)
 
     # -- LeaveGroup
@@ -898,6 +974,7 @@ class ClassicMember:
         log.error("member %s: fatal error %s: %s; stopping all work", self.member_id, _error_name(code), message)
         self.fatal_error = (code, message)
         self._control = None
+        self._beat = None
         self.last_error = (_error_name(code), message)
         self._target = EMPTY
         self._alive_ms = None
@@ -978,7 +1055,7 @@ class ClassicMember:
 
     def tick(self, now_ms: int) -> None:
         """Fire what is due: request timeouts, the leave bound, the session-safety stop."""
-        for out in (self._control, self._config_req):
+        for out in (self._control, self._beat, self._config_req):
             if out is not None and now_ms >= out.sent_ms + out.timeout_ms:
                 self.on_failure(out.seq, now_ms, f"no answer within {out.timeout_ms} ms")
         leave_deadline = self._leave_deadline_ms()
@@ -989,6 +1066,7 @@ class ClassicMember:
                 self._leave_timeout_ms,
             )
             self._control = None
+            self._beat = None
             self._finish_leave(now_ms)
         deadline = self.safety_deadline_ms()
         if (
@@ -1008,14 +1086,15 @@ class ClassicMember:
                 now_ms - (self._alive_ms or 0),
                 self.config.session_timeout_ms,
             )
-            self._control = None  # a heartbeat still in flight is abandoned
+            self._control = None  # a request still in flight is abandoned
+            self._beat = None
             self._lose_and_rejoin(now_ms, "session lost", new_member_id=False)
             self._safety_tripped = True
 
     def next_wakeup_ms(self) -> int | None:
         """The earliest time something becomes due; None if nothing will until an outcome arrives."""
         times: list[int] = []
-        for out in (self._control, self._config_req):
+        for out in (self._control, self._beat, self._config_req):
             if out is not None:
                 times.append(out.sent_ms + out.timeout_ms)
         if self._config_req is None and self.state not in (
@@ -1032,11 +1111,14 @@ class ClassicMember:
         if self._control is None:
             if self._control_retry_at is not None:
                 times.append(self._control_retry_at)
-            elif self.state == ClassicState.STABLE:
-                if self._next_heartbeat_ms is not None:
-                    times.append(self._next_heartbeat_ms)
-                if self._rejoin_at is not None:
-                    times.append(self._rejoin_at)
+            elif self.state == ClassicState.STABLE and self._rejoin_at is not None:
+                times.append(self._rejoin_at)
+        if (
+            self._beat is None
+            and self.state in (ClassicState.STABLE, ClassicState.SYNCING)
+            and self._next_heartbeat_ms is not None
+        ):
+            times.append(self._next_heartbeat_ms)
         # The session-safety stop does not apply while leaving (everything is being stopped anyway):
         # as a wake-up it would be due forever (a busy loop).
         safety = None if self.state == ClassicState.LEAVING else self.safety_deadline_ms()

@@ -274,7 +274,11 @@ class ClassicWorkerClient(_Driver):
 
     def _cancel_abandoned(self) -> None:
         """Cancel the calls the member no longer waits for (e.g. a parked JoinGroup when leaving)."""
-        live = {r.seq for r in (self.member.in_flight, self.member.config_in_flight) if r is not None}
+        live = {
+            r.seq
+            for r in (self.member.in_flight, self.member.heartbeat_in_flight, self.member.config_in_flight)
+            if r is not None
+        }
         for seq, task in list(self._calls.items()):
             if seq not in live:
                 task.cancel()

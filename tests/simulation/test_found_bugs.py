@@ -275,10 +275,34 @@ def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assi
         # 23 s). Kafka's group would do the same: the generator no longer draws a rebalance timeout
         # that is not above the interval, and `ClassicConfig` refuses one.
         (119219, "classic"),
+        # A classic worker's SyncGroup answer was delayed 4.6 s by a fault; the coordinator had re-armed
+        # its 5 s session when it answered, and the worker sent no heartbeat until the answer came: the
+        # session ran out just after converging (c-stability). As AbstractCoordinator's heartbeat
+        # thread, the worker now heartbeats from the JoinGroup answer on, beside the SyncGroup. (Seeds
+        # 152687 and 162923 -- a migration scenario: the same, found by the next long soak.)
+        (109186, "classic"),
+        (152687, "classic"),
+        (162923, "migration"),
+        # The first form of that fix ignored REBALANCE_IN_PROGRESS while syncing (as Kafka's client)
+        # and took it as proof of membership: a worker whose SyncGroup answer was lost waited for its
+        # timeout after the join phase had dropped it, then its JoinGroup paused the session clock --
+        # a zombie past its bound (a-workers). A classic group's REBALANCE_IN_PROGRESS now ends the
+        # sync, and the clock runs while a SyncGroup waits.
+        (140234, "classic"),
     ],
 )
 def test_the_long_soak_seeds_now_hold(seed: int, what: str) -> None:
     scenario = generate(seed)
     assert (scenario.loads is not None) == (what == "loads")
     result = run_scenario(scenario)
+    assert result.ok, result.violation
+
+
+def test_a_retried_join_does_not_pause_the_classic_session_clock_again() -> None:
+    """Seed 321402 of a classic soak (`a-workers`): a classic worker told to rejoin sent a JoinGroup
+    that a coordinator crash lost; the group dropped it at the end of the join phase. Its JoinGroup
+    timed out, and the retry -- whose answer was lost too -- paused the session clock again, so it ran
+    its task on after another worker had it, past the zombie bound. Only one JoinGroup per proof of
+    membership now pauses the clock."""
+    result = run_scenario(generate(321402, protocol="classic"))
     assert result.ok, result.violation

@@ -203,6 +203,140 @@ def test_a_rebalance_timeout_not_above_the_heartbeat_interval_is_refused(rebalan
     ClassicConfig(GROUP, rebalance_timeout_ms=interval + 1, heartbeat_interval_ms=interval, session_timeout_ms=3_000)
 
 
+def syncing_again(m: ClassicMember) -> ClassicRequest:
+    """Stable in generation 1 running A, told to rejoin at 100, its JoinGroup answered at 200 with
+    generation 2 (a follower): returns the SyncGroup in flight."""
+    stable(m)
+    m.request_rejoin(100, "test")
+    join = expect(m, 100, RequestKind.JOIN)
+    m.on_response(
+        join.seq,
+        classic_pb2.JoinGroupResponse(generation_id=2, protocol_name="sessioned", leader="L", member_id="me"),
+        200,
+    )
+    return expect(m, 200, RequestKind.SYNC)
+
+
+def test_heartbeats_go_out_beside_a_sync_that_waits_and_keep_the_session() -> None:
+    """AbstractCoordinator enables its heartbeat thread in COMPLETING_REBALANCE: a SyncGroup answer
+    that comes late (a slow leader, a slow network) must not cost the session (seed 109186)."""
+    m = member()
+    joined(m, 0)
+    nothing_due(m, 2_999)
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    assert (hb.request.member_id, hb.request.generation_id) == ("me", 1)
+    assert m.in_flight is not None and m.in_flight.kind == RequestKind.SYNC  # still waiting
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(), 3_002)
+    nothing_due(m, 5_999)
+    hb = expect(m, 6_000, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(), 6_001)
+    assert m.state == ClassicState.SYNCING and m.in_flight is not None
+    answer_sync(m, 8_000, assignment(items=A))
+    run_effect(m, 8_000, assigned=A)
+    assert m.state == ClassicState.STABLE
+    # Alive from the last heartbeat's sending (6,000), not from the SyncGroup answer's arrival.
+    assert m.safety_deadline_ms() == 6_000 + 10_000 - 3_000
+    expect(m, 11_000, RequestKind.HEARTBEAT)
+
+
+def test_a_late_sync_answer_proves_the_member_alive_only_from_when_the_sync_was_sent() -> None:
+    """The coordinator re-armed the session when it released the SyncGroup, at some time between
+    its sending and its arrival: a late answer (a slow network) must not move the clock past it."""
+    m = member()
+    joined(m, 0)
+    answer_sync(m, 2_500, assignment(items=A))  # no heartbeat was due yet
+    run_effect(m, 2_500, assigned=A)
+    assert m.safety_deadline_ms() == 0 + 10_000 - 3_000
+
+
+def test_the_session_clock_runs_while_a_sync_waits_and_no_heartbeat_is_answered() -> None:
+    """A SyncGroup that waits proves nothing by itself (its answer may be lost while the group moves
+    on): only the heartbeats beside it keep the clock going."""
+    m = member()
+    syncing_again(m)
+    assert m.safety_deadline_ms() == 200 + 10_000 - 3_000  # running, from the JoinGroup answer
+    t = 200
+    while t < 7_200:
+        req = m.poll_request(t)
+        if req is not None:
+            assert req.kind == RequestKind.HEARTBEAT
+            m.on_failure(req.seq, t, "UNAVAILABLE")
+        t += 50
+    assert m.running == A  # not yet
+    m.tick(7_200)
+    assert m.state == ClassicState.JOINING and m.in_flight is None  # the SyncGroup is abandoned
+    run_effect(m, 7_200, lost=A)
+
+
+def test_rebalance_in_progress_while_syncing_a_classic_group_abandons_the_sync_and_rejoins() -> None:
+    """The group is preparing the next generation and answered the parked SyncGroup the same: an
+    answer that may be lost. Waiting for the SyncGroup's timeout would keep the worker running its
+    work after the join phase dropped it (simulator seed 140234)."""
+    m = member()
+    sync = syncing_again(m)
+    hb = expect(m, 3_200, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), 3_201)
+    assert m.state == ClassicState.JOINING and m.generation == 2 and m.member_id == "me"
+    assert m.running == A  # cooperative: it keeps its work and reports it in the JoinGroup
+    join = expect(m, 3_201, RequestKind.JOIN)
+    assert join.request.member_id == "me"
+    # The abandoned SyncGroup's late answer changes nothing.
+    m.on_response(sync.seq, classic_pb2.SyncGroupResponse(assignment=assignment(items=EMPTY)), 3_300)
+    assert m.state == ClassicState.JOINING and m.in_flight is join
+
+
+def test_rebalance_in_progress_while_syncing_a_connect_group_is_ignored() -> None:
+    """A `connect` group (its JoinGroup answer names no leader: SPEC §12 rule 3) asks a classic member
+    to rejoin once it has synced -- its SyncGroup answer says what to stop first."""
+    m = member()
+    joined(m, 0, leader="")
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), 3_001)
+    assert m.state == ClassicState.SYNCING and m.in_flight is not None and m.in_flight.kind == RequestKind.SYNC
+    expect(m, 6_000, RequestKind.HEARTBEAT)
+
+
+def test_a_heartbeat_that_says_the_member_is_gone_while_syncing_abandons_the_sync_and_rejoins() -> None:
+    m = member()
+    sync = syncing_again(m)
+    hb = expect(m, 3_200, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID), 3_201)
+    assert m.state == ClassicState.JOINING and m.generation == -1 and m.in_flight is None
+    run_effect(m, 3_201, lost=A)
+    join = expect(m, 3_201, RequestKind.JOIN)
+    assert join.request.member_id == ""
+    # The abandoned SyncGroup's late answer changes nothing.
+    m.on_response(sync.seq, classic_pb2.SyncGroupResponse(assignment=assignment(items=A)), 3_300)
+    assert m.state == ClassicState.JOINING and m.poll_effect(3_300) is None and m.running == EMPTY
+
+
+def test_the_answer_to_an_older_generations_heartbeat_is_ignored() -> None:
+    m = member()
+    stable(m)
+    old = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.request_rejoin(3_010, "test")
+    join = expect(m, 3_010, RequestKind.JOIN)  # beside the heartbeat still in flight
+    m.on_response(
+        join.seq,
+        classic_pb2.JoinGroupResponse(generation_id=2, protocol_name="sessioned", leader="L", member_id="me"),
+        3_020,
+    )
+    expect(m, 3_020, RequestKind.SYNC)
+    m.on_response(old.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.ILLEGAL_GENERATION), 3_030)
+    assert m.state == ClassicState.SYNCING and m.generation == 2 and m.running == A
+
+
+def test_a_heartbeat_error_that_is_not_about_membership_retries_after_a_backoff() -> None:
+    m = member(retry_backoff_ms=100, retry_jitter=0.0)
+    stable(m)
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), 3_001)
+    assert m.state == ClassicState.STABLE and m.running == A
+    nothing_due(m, 3_100)  # not at once: a busy loop against a loading coordinator
+    assert m.next_wakeup_ms() == 3_101
+    expect(m, 3_101, RequestKind.HEARTBEAT)
+
+
 # ---- the leader --------------------------------------------------------------------------------------
 
 
@@ -437,6 +571,40 @@ def test_a_parked_join_does_not_trip_session_safety() -> None:
         30_000,
     )
     assert m.safety_deadline_ms() == 37_000
+
+
+def test_only_one_join_per_proof_of_membership_pauses_the_session_clock() -> None:
+    """A JoinGroup that went unanswered may never have reached the group, which may have dropped the
+    member meanwhile: its retry does not pause the clock again (simulator seed 321402: a lost
+    JoinGroup, then a retry whose answer was lost too, ran the work on past the zombie bound)."""
+    m = member(rebalance_timeout_ms=4_000, join_margin_ms=500, retry_backoff_ms=100, retry_jitter=0.0)
+    stable(m)  # alive at 0: the clock stops the work at 7,000 (session 10 s, margin 3 s)
+    m.request_rejoin(100, "test")
+    join = expect(m, 100, RequestKind.JOIN)
+    assert m.safety_deadline_ms() is None  # paused: the coordinator keeps a parked member alive
+    m.tick(4_600)  # no answer within the rebalance timeout and the margin
+    assert m.in_flight is None and m.safety_deadline_ms() == 7_000
+    retry = expect(m, 4_700, RequestKind.JOIN)
+    assert retry.seq != join.seq and m.safety_deadline_ms() == 7_000  # running
+    m.on_failure(retry.seq, 5_000, "UNAVAILABLE")
+    retry = expect(m, 5_200, RequestKind.JOIN)
+    m.tick(6_999)
+    assert m.running == A
+    m.tick(7_000)
+    run_effect(m, 7_000, lost=A)
+    # A proof of membership (the JoinGroup answered) lets the next JoinGroup pause the clock again.
+    join = expect(m, 7_000, RequestKind.JOIN)
+    m.on_response(
+        join.seq,
+        classic_pb2.JoinGroupResponse(generation_id=2, protocol_name="sessioned", leader="L", member_id="me"),
+        7_010,
+    )
+    sync = expect(m, 7_010, RequestKind.SYNC)
+    m.on_response(sync.seq, classic_pb2.SyncGroupResponse(assignment=assignment(items=A)), 7_020)
+    run_effect(m, 7_020, assigned=A)
+    m.request_rejoin(7_100, "again")
+    expect(m, 7_100, RequestKind.JOIN)
+    assert m.safety_deadline_ms() is None
 
 
 def test_close_stops_the_work_then_leaves_bounded() -> None:
