@@ -282,8 +282,9 @@ class ClassicMember:
         self._rejoin_at: int | None = None  # the answer's delay
         self._sync_request: classic_pb2.SyncGroupRequest | None = None
         self._alive_ms: int | None = None  # the coordinator knew us alive at this time
-        # A JoinGroup may pause the session clock once per proof of membership: the one in flight does.
-        self._join_may_pause = True
+        # A JoinGroup pauses the session clock only with a proof of membership from after the last
+        # one that did (sent at this time): whether the one in flight does.
+        self._last_pausing_join_ms: int | None = None
         self._join_pauses = False
         # The last JoinGroup answer came from a `connect` group (no leader: SPEC §12 rule 3).
         self._converted = False
@@ -370,10 +371,11 @@ class ClassicMember:
         """When all work is stopped if nothing proves the membership alive before (None: not
         running, or a JoinGroup waits in a classic group, whose coordinator keeps a waiting member
         alive -- not in a `connect` group (SPEC §12 rule 3: its last answer named no leader), which
-        answers it at once and fences a member that does not rejoin in time). Only one JoinGroup
-        pauses it per proof of membership: once one went unanswered, the member may already have
-        been dropped without knowing, and a retry that paused the clock again would run its work on
-        for another rebalance timeout (found by the simulator, seed 321402). The clock runs while a
+        answers it at once and fences a member that does not rejoin in time). A JoinGroup pauses it
+        only if the member has a proof of membership from after the last JoinGroup that paused it
+        was sent: once one went unanswered, the member may have been dropped without knowing, and a
+        retry that paused the clock again would run its work on for another rebalance timeout
+        (found by the simulator, seed 321402). The clock runs while a
         SyncGroup waits: the member heartbeats beside it, and only those answers prove it a member of
         the generation all along (a waiting SyncGroup whose answer is lost proves nothing)."""
         if self._alive_ms is None or self._safety_tripped:
@@ -506,7 +508,10 @@ class ClassicMember:
             self._control = out
             self._control_retry_at = None
             if kind == RequestKind.JOIN:
-                self._join_pauses, self._join_may_pause = self._join_may_pause, False
+                last = self._last_pausing_join_ms
+                self._join_pauses = last is None or (self._alive_ms is not None and self._alive_ms > last)
+                if self._join_pauses:
+                    self._last_pausing_join_ms = now_ms
         return out
 
     def _config_due(self, now_ms: int) -> bool:
@@ -715,8 +720,8 @@ class ClassicMember:
         self._failures = 0
         self._converted = not response.leader  # a `connect` group answered (SPEC §12 rule 3)
         self._alive_ms = self._alive_since(out, now_ms)
+        self._last_pausing_join_ms = None  # it arrived: the next JoinGroup may pause the clock
         self._safety_tripped = False
-        self._join_may_pause = True
         self.member_id = response.member_id or self.member_id
         self.generation = response.generation_id
         self.leader_id = response.leader
@@ -835,7 +840,6 @@ class ClassicMember:
         self._failures = 0
         self._alive_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
-        self._join_may_pause = True
         self._sync_request = None
         self.leader_id, self.leader_url = a.leader, a.leader_url
         if response.protocol_name:
@@ -895,7 +899,6 @@ class ClassicMember:
             self._failures = 0
             self._alive_ms = max(self._alive_ms or 0, out.sent_ms)
             self._safety_tripped = False
-            self._join_may_pause = True
         if (
             self.state not in (ClassicState.STABLE, ClassicState.SYNCING)
             or out.request.generation_id != self.generation

@@ -607,6 +607,24 @@ def test_only_one_join_per_proof_of_membership_pauses_the_session_clock() -> Non
     assert m.safety_deadline_ms() is None
 
 
+def test_a_proof_older_than_the_paused_join_does_not_let_its_retry_pause_the_clock() -> None:
+    """A heartbeat sent before the JoinGroup and answered after it proves nothing about the
+    JoinGroup's fate."""
+    m = member(rebalance_timeout_ms=4_000, join_margin_ms=500, retry_backoff_ms=100, retry_jitter=0.0)
+    stable(m)
+    hb = expect(m, 3_000, RequestKind.HEARTBEAT)
+    m.request_rejoin(3_010, "test")
+    expect(m, 3_010, RequestKind.JOIN)  # beside the heartbeat in flight: it pauses the clock
+    m.on_response(hb.seq, classic_pb2.HeartbeatResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS), 3_020)
+    assert m.safety_deadline_ms() is None
+    m.tick(7_510)  # the JoinGroup went unanswered
+    assert m.safety_deadline_ms() == 3_000 + 7_000
+    expect(m, 7_610, RequestKind.JOIN)
+    assert m.safety_deadline_ms() == 10_000  # the retry does not pause it
+    m.tick(10_000)
+    run_effect(m, 10_000, lost=A)
+
+
 def test_close_stops_the_work_then_leaves_bounded() -> None:
     m = member()
     stable(m)
