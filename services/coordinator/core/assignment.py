@@ -10,8 +10,10 @@ from __future__ import annotations
 import io
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar, cast
+
+from google.protobuf.message import DecodeError
 
 from connect.coordinator.v1 import assignor_pb2, common_pb2, coordinator_pb2
 from services.assignor import LOAD_BALANCED
@@ -461,6 +463,125 @@ class InvalidAssignment(Exception):
     pass
 
 
+class AnswerMembers:
+    """An AssignResponse's members as the bytes they came in (`read_answer`): each is parsed when
+    read, alone, so that no message of the whole answer is held. At 10,000 members the parsed
+    answer was ~4.6 MB of protobuf arenas for 0.7 MB on the wire, alive from its arrival to the end
+    of its install (the RSS peak of service mode is at an answer's arrival). A member whose bytes do
+    not parse makes the result invalid (InvalidAssignment), as an invalid entry does."""
+
+    __slots__ = ("_data", "_spans")
+
+    def __init__(self, data: bytes, spans: array[int]) -> None:
+        # Member i is data[spans[2i]:spans[2i + 1]].
+        self._data, self._spans = data, spans
+
+    def __len__(self) -> int:
+        return len(self._spans) // 2
+
+    def __getitem__(self, i: int) -> common_pb2.MemberTarget:
+        spans = self._spans
+        try:
+            return common_pb2.MemberTarget.FromString(self._data[spans[2 * i] : spans[2 * i + 1]])
+        except DecodeError as e:
+            raise InvalidAssignment(f"members[{i}]: not a MemberTarget ({e})") from None
+
+    def __iter__(self) -> Iterator[common_pb2.MemberTarget]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+class AssignAnswer:
+    """An AssignResponse read from its bytes (`read_answer`): the fields of the message, its members
+    an `AnswerMembers`."""
+
+    __slots__ = ("_head", "members")
+
+    def __init__(self, head: assignor_pb2.AssignResponse, members: AnswerMembers) -> None:
+        self._head, self.members = head, members
+
+    @property
+    def error(self) -> int:
+        return self._head.error
+
+    @property
+    def error_message(self) -> str:
+        return self._head.error_message
+
+    @property
+    def assignor_state(self) -> bytes:
+        return self._head.assignor_state
+
+    @property
+    def rebalance_delay_ms(self) -> int:
+        return self._head.rebalance_delay_ms
+
+    @property
+    def unchanged_omitted(self) -> bool:
+        return self._head.unchanged_omitted
+
+
+_ANSWER_MEMBERS = 3 << 3 | 2  # AssignResponse.members = 3, length-delimited
+
+
+def read_answer(data: bytes) -> AssignAnswer:
+    """An AssignResponse's bytes as an `AssignAnswer`: every field but the members parsed as one
+    message (the same parser, unknown fields and all), the members' places noted to be parsed one by
+    one. Raises DecodeError for bytes that are not a message (cut short, a field past the end)."""
+    head = bytearray()
+    spans = array("q")
+    end, pos = len(data), 0
+    while pos < end:
+        start = pos
+        key, pos = _read_varint(data, pos)
+        wire = key & 7
+        if wire == 0:
+            pos = _read_varint(data, pos)[1]
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = _read_varint(data, pos)
+            pos += length
+            if key == _ANSWER_MEMBERS and pos <= end:
+                spans.extend((pos - length, pos))
+                continue
+        else:  # groups (no field of this message is one): the message parsed whole, members and all
+            return _whole(assignor_pb2.AssignResponse.FromString(data))
+        if pos > end:
+            raise DecodeError(f"AssignResponse: field at byte {start} runs past the end ({end} bytes)")
+        head += data[start:pos]
+    return AssignAnswer(assignor_pb2.AssignResponse.FromString(bytes(head)), AnswerMembers(data, spans))
+
+
+def _whole(response: assignor_pb2.AssignResponse) -> AssignAnswer:
+    """An answer parsed whole, its members serialized again one by one (wire forms this reader leaves
+    to the parser)."""
+    out = io.BytesIO()
+    spans = array("q")
+    for mt in response.members:
+        one = mt.SerializeToString()
+        spans.extend((out.tell(), out.tell() + len(one)))
+        out.write(one)
+    response.ClearField("members")
+    return AssignAnswer(response, AnswerMembers(out.getvalue(), spans))
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError(f"AssignResponse: a varint at byte {pos} is cut short or too long")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
 # A member's entry in a checked result: as listed, or, for one left out whose entry stands, its
 # target value as it is (only its metadata is read again).
 ResultEntry = common_pb2.MemberTarget | TargetMemberValue
@@ -474,7 +595,7 @@ def validate_result(
     kept: Mapping[str, HandedOut] | None = None,
     kept_owner: Callable[[ItemKey], str | None] | None = None,
     omitted: Mapping[str, HandedOut] | None = None,
-) -> tuple[dict[str, ResultEntry], dict[str, Items]]:
+) -> tuple[dict[str, TargetMemberValue], dict[str, Items]]:
     """Check an assignment against the input it was computed from: every member known, no item
     assigned twice or unknown, and every item assigned -- unless the assignor holds work back on
     purpose (rebalance_delay_ms > 0, Connect's delayed rebalance). Raises InvalidAssignment.
@@ -483,9 +604,11 @@ def validate_result(
     the snapshot, in one entry only, and still the member's target), as handed out; ``kept_owner``
     finds which member's kept entry holds an item. A member given back exactly its entry
     (`_given_back`) is not checked item by item again: only the items of the members whose target
-    changes are, against each other and against the kept entries. Returns each member's entry (for
-    one left out whose kept entry stands: its target value) and, for those given back unchanged,
-    their items. An entry handed out may be a message or its bytes (`serialize_snapshot`).
+    changes are, against each other and against the kept entries. Returns each member's entry as the
+    target value it installs (its items held: `target_items`; for one given back unchanged, the value
+    handed out) and, for those given back unchanged, their items. An entry handed out may be a
+    message or its bytes (`serialize_snapshot`). ``members`` may be an `AnswerMembers` (an answer's
+    members as its bytes): each is then parsed when read, alone, and dropped once decoded.
 
     ``omitted`` (the result said unchanged_omitted): the entries handed out, by member. A member of
     the snapshot that has one and is not in ``members`` is given it back -- as if it were listed."""
@@ -499,7 +622,9 @@ def validate_result(
         return holder if holder in unchanged else None
 
     claims = _Claims(kept_holder)
-    for i, mid, mt in changed:
+    for i, mid, listed in changed:
+        # (An answer read from its bytes: the member parsed again, not held since `_sort_members`.)
+        mt = listed if listed is not None else cast(AnswerMembers, members)[i]
         for c in mt.connectors_and_tasks.connectors:
             if c not in snapshot_connectors:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown connector '{c}'")
@@ -514,6 +639,7 @@ def validate_result(
             if count is None or not 0 <= t.task < count:
                 raise InvalidAssignment(f"members[{i}] ('{mid}') is assigned unknown task {t.connector}-{t.task}")
             claims.task(t, count, mid)
+        by_member[mid] = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
     total = len(snapshot_connectors) + sum(snapshot_connectors.values())
     assigned = claims.count + sum(map(len, unchanged.values()))
     if assigned < total and rebalance_delay_ms <= 0:
@@ -525,7 +651,7 @@ def validate_result(
         raise InvalidAssignment(
             f"{total - assigned} connectors/tasks are unassigned (e.g. {missing}) and no rebalance_delay_ms is set"
         )
-    return by_member, unchanged
+    return cast("dict[str, TargetMemberValue]", by_member), unchanged
 
 
 class _Claims:
@@ -573,25 +699,31 @@ def _sort_members(
     snapshot_members: Mapping[str, str | None],
     kept: Mapping[str, HandedOut],
     omitted: Mapping[str, HandedOut] | None = None,
-) -> tuple[dict[str, ResultEntry], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget]]]:
-    """Each member's entry (every member known, none twice: else InvalidAssignment); the items of
-    those given back their kept entry; the others, with their index, to be checked item by item
-    (the index of an omitted entry counts on after the listed ones)."""
-    by_member: dict[str, ResultEntry] = {}
+) -> tuple[
+    dict[str, TargetMemberValue | None], dict[str, Items], list[tuple[int, str, common_pb2.MemberTarget | None]]
+]:
+    """Each member, in order, with the target value it keeps if it is given back its kept entry
+    (None for the others: decoded once checked); every member known, none twice (else
+    InvalidAssignment); the items of those given back their kept entry; the others, with their index
+    and entry, to be checked item by item (the index of an omitted entry counts on after the listed
+    ones). An `AnswerMembers`' entries are not held (None: read again by index)."""
+    by_member: dict[str, TargetMemberValue | None] = {}
     unchanged: dict[str, Items] = {}
-    changed: list[tuple[int, str, common_pb2.MemberTarget]] = []
+    changed: list[tuple[int, str, common_pb2.MemberTarget | None]] = []
+    lazy = isinstance(members, AnswerMembers)
     for i, mt in enumerate(members):
         mid = mt.member_id
         if mid not in snapshot_members:
             raise InvalidAssignment(f"members[{i}].member_id '{mid}' was not a member when the assignment was prepared")
         if mid in by_member:
             raise InvalidAssignment(f"members[{i}].member_id '{mid}' appears twice")
-        by_member[mid] = mt
         known = kept.get(mid)
         if known is not None and _given_back(known, mt):
+            by_member[mid] = known.value  # (the same target, error, version and metadata)
             unchanged[mid] = known.value.items
         else:
-            changed.append((i, mid, mt))
+            by_member[mid] = None
+            changed.append((i, mid, None if lazy else mt))
     if omitted:
         i = len(by_member)
         for mid, handed in omitted.items():
@@ -605,7 +737,7 @@ def _sort_members(
             entry = handed.entry
             if isinstance(entry, bytes):  # sent serialized (`serialize_snapshot`): its items in it
                 entry = common_pb2.MemberTarget.FromString(entry)
-            by_member[mid] = entry
+            by_member[mid] = None
             changed.append((i, mid, entry))
             i += 1
     return by_member, unchanged, changed

@@ -13,14 +13,13 @@ from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.coordinator.core import loads, validation
 from services.coordinator.core.assignment import (
     SERVICE_EXECUTOR,
+    AssignAnswer,
     AssignorSelectionError,
     InvalidAssignment,
-    ResultEntry,
     executor_candidates,
     fill_snapshot,
     select_assignor_counted,
     serialize_snapshot,
-    target_items,
     validate_result,
 )
 from services.coordinator.core.config import (
@@ -242,9 +241,15 @@ class AssignmentProcess(CoreBase):
         return sink.result(response)
 
     def complete_service_assignment(
-        self, group_id: str, group_epoch: int, response: assignor_pb2.AssignResponse, now_ms: int, service: str = ""
+        self,
+        group_id: str,
+        group_epoch: int,
+        response: assignor_pb2.AssignResponse | AssignAnswer,
+        now_ms: int,
+        service: str = "",
     ) -> Result:
-        """Install the assignor service's answer; `service` (its address) is stored with the target."""
+        """Install the assignor service's answer (the message, or read from its bytes: `read_answer`);
+        `service` (its address) is stored with the target."""
         sink = Sink(self.state, now_ms)
         group = self.state.groups.get(group_id)
         inflight = group.process.in_flight if group is not None else None
@@ -335,7 +340,7 @@ class AssignmentProcess(CoreBase):
 
         new_target: dict[str, TargetMemberValue] = {}
         moved = 0
-        for mid, mt in by_member.items():
+        for mid, tv in by_member.items():
             if mid in unchanged:
                 new_target[mid] = targets[mid]
                 continue
@@ -343,7 +348,6 @@ class AssignmentProcess(CoreBase):
                 # A static member replaced since the snapshot: its new incarnation takes the target.
                 iid = inflight.snapshot_members.get(mid)
                 mid = group.static_members.get(iid, mid) if iid else mid
-            tv = TargetMemberValue(target_items(mt), mt.error, mt.version, bytes(mt.metadata))
             new_target[mid] = tv
             # Items that were in someone else's target (the current target's owner index, read
             # before any of the new entries is applied: each one changes that index).
@@ -413,7 +417,7 @@ class AssignmentProcess(CoreBase):
 
     # ---- timers ---------------------------------------------------------------------------------
 
-    def _check_target_metadata(self, by_member: Mapping[str, ResultEntry]) -> None:
+    def _check_target_metadata(self, by_member: Mapping[str, TargetMemberValue]) -> None:
         """The metadata an assignor hands each member is bounded like what members send: each
         heartbeat answer carries its member's, an Assign request all of them."""
         limit, total = self.config.max_member_metadata_bytes, 0

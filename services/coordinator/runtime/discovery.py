@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from connect.coordinator.v1 import assignor_pb2
+from services.coordinator.core.assignment import AssignAnswer
 from services.coordinator.runtime.metrics import CoordinatorMetrics
 
 log = logging.getLogger("connect.coordinator")
@@ -44,6 +45,9 @@ class AssignorServiceClient(Protocol):
     async def assign(
         self, request: assignor_pb2.AssignRequest | bytes, timeout_s: float
     ) -> assignor_pb2.AssignResponse: ...
+
+    # (The request serialized; the answer read from its bytes, member by member: `read_answer`.)
+    async def assign_answer(self, request: bytes, timeout_s: float) -> AssignAnswer: ...
 
     async def list_assignors(self, timeout_s: float = ..., wait_for_ready: bool = ...) -> dict[str, VersionRange]: ...
 
