@@ -352,7 +352,24 @@ class AssignPayload:
         for k, entry in enumerate(entries):
             n = len(entry) - (places[2 * k + 1] - places[2 * k] if items_once else 0)
             size += len(_TARGET_MEMBERS) + len(_varint(n)) + n
+        # The whole request's length, so that its buffer is made once at its size: grown by
+        # appends, it was moved and copied as it grew (at 10,000 members +4 MB of RSS for 2.3).
+        total = len(head) + (len(_ITEMS_ONCE) if items_once else 0) + len(_CURRENT_TARGET) + len(_varint(size)) + size
+        lengths = array("q")  # each member's length as it goes out
+        start = 0
+        for i in range(len(spans) // 2):
+            target_at, end = spans[2 * i], spans[2 * i + 1]
+            owned = apart[i]
+            # (Owned items that are its target's: a flag, or a copy of its target field.)
+            tail = len(owned) if owned is not None else len(_OWNED_IS_TARGET) if items_once else end - target_at
+            lengths.append(end - start + tail)
+            total += len(_MEMBERS) + len(_varint(lengths[i])) + lengths[i]
+            start = end
         out = io.BytesIO()
+        if total:  # (one write at the end sizes the buffer; what comes before it is written over)
+            out.seek(total - 1)
+            out.write(b"\0")
+            out.seek(0)
         write = out.write
         write(head)
         if items_once:
@@ -362,10 +379,8 @@ class AssignPayload:
             for i in range(len(spans) // 2):
                 target_at, end = spans[2 * i], spans[2 * i + 1]
                 owned = apart[i]
-                # (Owned items that are its target's: a flag, or a copy of its target field.)
-                tail = len(owned) if owned is not None else len(_OWNED_IS_TARGET) if items_once else end - target_at
                 write(_MEMBERS)
-                write(_varint(end - start + tail))
+                write(_varint(lengths[i]))
                 write(bodies[start:end])
                 if owned is not None:
                     write(owned)
@@ -389,6 +404,8 @@ class AssignPayload:
             else:
                 write(_varint(len(entry)))
                 write(entry)
+        if out.tell() != total:
+            raise AssertionError(f"AssignPayload: {out.tell()} bytes written, {total} counted")
         return out.getvalue()
 
     def take(self, items_once: bool = False) -> bytes:
