@@ -71,12 +71,14 @@ Rules (Kafka's and Connect's, with the file each follows):
   (margin: the larger of one heartbeat interval and 20% of the session, or
   ``session_safety_margin_ms``) every item is stopped as lost and the worker rejoins, so that no
   zombie runs what the group may already have given to another worker. A successful heartbeat
-  proves it from when it was sent, as does a SyncGroup answer; a JoinGroup answer from when it
-  arrived (the coordinator re-arms the session when it answers); while a JoinGroup is parked the
-  clock does not run (the coordinator keeps members that wait in it alive, and no heartbeat goes out
-  while joining) -- one JoinGroup per proof of membership: a retry after one went unanswered runs
-  the clock (the member may have been dropped meanwhile). It runs while a SyncGroup waits: the
-  heartbeats beside it keep it going.
+  proves it from when it was sent, a JoinGroup / SyncGroup answer from when it arrived (the
+  coordinator re-arms the session when it answers). While a JoinGroup is parked the
+  coordinator keeps the member alive (and no heartbeat goes out while joining): the JoinGroup's
+  timeout, less the margin, may stand in for the session -- for a JoinGroup sent within the
+  rebalance timeout of the last time the member knew the group was not rebalancing without it
+  (later, the join phase may already have dropped it; a retry after an unanswered JoinGroup is
+  always that late). The clock runs while a SyncGroup waits: the heartbeats beside it keep it
+  going.
 * **Config** (the admin API's DescribeGroups: ``connectors`` and ``config_offset``; offset 0 means
   unknown: the connectors are used as they are): read before the first join, when an answer is
   CONFIG_MISMATCH or at a higher offset, before a join when older than the refresh interval, and
@@ -282,9 +284,9 @@ class ClassicMember:
         self._rejoin_at: int | None = None  # the answer's delay
         self._sync_request: classic_pb2.SyncGroupRequest | None = None
         self._alive_ms: int | None = None  # the coordinator knew us alive at this time
-        # A JoinGroup pauses the session clock only with a proof of membership from after the last
-        # one that did (sent at this time): whether the one in flight does.
-        self._last_pausing_join_ms: int | None = None
+        # When the member last knew the group was not rebalancing without it (safety_deadline_ms),
+        # and whether the JoinGroup in flight was sent within the rebalance timeout of it.
+        self._settled_ms: int | None = None
         self._join_pauses = False
         # The last JoinGroup answer came from a `connect` group (no leader: SPEC §12 rule 3).
         self._converted = False
@@ -368,28 +370,28 @@ class ClassicMember:
         return max(self.config.heartbeat_interval_ms, self.config.session_timeout_ms // 5)
 
     def safety_deadline_ms(self) -> int | None:
-        """When all work is stopped if nothing proves the membership alive before (None: not
-        running, or a JoinGroup waits in a classic group, whose coordinator keeps a waiting member
-        alive -- not in a `connect` group (SPEC §12 rule 3: its last answer named no leader), which
-        answers it at once and fences a member that does not rejoin in time). A JoinGroup pauses it
-        only if the member has a proof of membership from after the last JoinGroup that paused it
-        was sent: once one went unanswered, the member may have been dropped without knowing, and a
-        retry that paused the clock again would run its work on for another rebalance timeout
-        (found by the simulator, seed 321402). The clock runs while a
-        SyncGroup waits: the member heartbeats beside it, and only those answers prove it a member of
-        the generation all along (a waiting SyncGroup whose answer is lost proves nothing)."""
+        """When all work is stopped if nothing proves the membership alive before (None: nothing
+        runs). From the last proof of membership, its session less the margin (so that a slow stop
+        still ends in time). While a JoinGroup waits in a classic group -- not in a `connect` group
+        (SPEC §12 rule 3: its last answer named no leader), which answers it at once and fences a
+        member that does not rejoin in time -- the coordinator keeps the member alive until the join
+        phase ends: the JoinGroup's own timeout, less the margin, may then stand in for the session.
+        Only for a JoinGroup sent within the rebalance timeout of the last time the member knew the
+        group was not rebalancing without it (a heartbeat answered without error, a JoinGroup /
+        SyncGroup answered): sent later, the join phase it belongs to may already have ended and
+        dropped the member (found by the simulator, seeds 189081 and 321402 -- a retry after an
+        unanswered JoinGroup is always that late). The clock runs while a SyncGroup waits: the member
+        heartbeats beside it, and only those answers prove it a member of the generation all along
+        (a waiting SyncGroup whose answer is lost proves nothing)."""
         if self._alive_ms is None or self._safety_tripped:
-            return None
-        if (
-            self._control is not None
-            and self._control.kind == RequestKind.JOIN
-            and self._join_pauses
-            and not self._converted
-        ):
             return None
         if not (self.owned or self._target):
             return None
-        return self._alive_ms + self.config.session_timeout_ms - self.safety_margin_ms()
+        alive_until = self._alive_ms + self.config.session_timeout_ms
+        out = self._control
+        if out is not None and out.kind == RequestKind.JOIN and self._join_pauses and not self._converted:
+            alive_until = max(alive_until, out.sent_ms + out.timeout_ms)
+        return alive_until - self.safety_margin_ms()
 
     def request_timeout_ms(self) -> int:
         return max(1, min(self.config.request_timeout_ms, self.config.session_timeout_ms // 2))
@@ -508,10 +510,8 @@ class ClassicMember:
             self._control = out
             self._control_retry_at = None
             if kind == RequestKind.JOIN:
-                last = self._last_pausing_join_ms
-                self._join_pauses = last is None or (self._alive_ms is not None and self._alive_ms > last)
-                if self._join_pauses:
-                    self._last_pausing_join_ms = now_ms
+                settled = self._settled_ms
+                self._join_pauses = settled is not None and now_ms < settled + self.config.rebalance_timeout_ms
         return out
 
     def _config_due(self, now_ms: int) -> bool:
@@ -719,8 +719,7 @@ class ClassicMember:
             return
         self._failures = 0
         self._converted = not response.leader  # a `connect` group answered (SPEC §12 rule 3)
-        self._alive_ms = self._alive_since(out, now_ms)
-        self._last_pausing_join_ms = None  # it arrived: the next JoinGroup may pause the clock
+        self._alive_ms = self._settled_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
         self.member_id = response.member_id or self.member_id
         self.generation = response.generation_id
@@ -752,12 +751,12 @@ class ClassicMember:
 
     def _alive_since(self, out: ClassicRequest, now_ms: int) -> int:
         """Since when a JoinGroup / SyncGroup answer proves the member alive: a classic coordinator
-        re-arms the session when it releases a waiting JoinGroup (about now: no heartbeat runs while
-        joining); a `connect` group's, when the call arrived -- after it was sent, which is all the
-        member knows (as for a heartbeat). A SyncGroup answer counts from when it was sent (the
-        heartbeats beside it prove the rest): a late answer must not move the clock past the
-        coordinator's."""
-        if self._converted or out.kind == RequestKind.SYNC:
+        re-arms the session when it releases a waiting call (about now, as Kafka's client counts its
+        session from the answer; counting from the sending instead stopped a converged worker whose
+        SyncGroup and heartbeat had waited behind a delayed request: simulator seed 321970); a
+        `connect` group's, when the call arrived -- after it was sent, which is all the member knows
+        (as for a heartbeat)."""
+        if self._converted:
             return max(self._alive_ms or 0, out.sent_ms)
         return now_ms
 
@@ -838,7 +837,7 @@ class ClassicMember:
             self._set_state(now_ms, ClassicState.JOINING, "assignment not understood")
             return
         self._failures = 0
-        self._alive_ms = self._alive_since(out, now_ms)
+        self._alive_ms = self._settled_ms = self._alive_since(out, now_ms)
         self._safety_tripped = False
         self._sync_request = None
         self.leader_id, self.leader_url = a.leader, a.leader_url
@@ -899,6 +898,9 @@ class ClassicMember:
             self._failures = 0
             self._alive_ms = max(self._alive_ms or 0, out.sent_ms)
             self._safety_tripped = False
+        if code == ErrorCode.NONE:
+            # (REBALANCE_IN_PROGRESS: a join phase began at some time before it arrived.)
+            self._settled_ms = max(self._settled_ms or 0, out.sent_ms)
         if (
             self.state not in (ClassicState.STABLE, ClassicState.SYNCING)
             or out.request.generation_id != self.generation

@@ -289,6 +289,14 @@ def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assi
         # a zombie past its bound (a-workers). A classic group's REBALANCE_IN_PROGRESS now ends the
         # sync, and the clock runs while a SyncGroup waits.
         (140234, "classic"),
+        # A classic worker told to rejoin sent its JoinGroup only after a slow config read, when the
+        # join phase it was told of may have ended without it, and the waiting JoinGroup still paused
+        # its session clock (189081); another's JoinGroup was lost and its 870 ms stop began only at
+        # the JoinGroup's timeout (184170): both ran a task past the zombie bound (a-workers). A
+        # waiting JoinGroup now stands in for the session only until its timeout less the margin,
+        # and only if sent within the rebalance timeout of the last time the group was known settled.
+        (184170, "classic"),
+        (189081, "classic"),
     ],
 )
 def test_the_long_soak_seeds_now_hold(seed: int, what: str) -> None:
@@ -305,4 +313,12 @@ def test_a_retried_join_does_not_pause_the_classic_session_clock_again() -> None
     its task on after another worker had it, past the zombie bound. Only one JoinGroup per proof of
     membership now pauses the clock."""
     result = run_scenario(generate(321402, protocol="classic"))
+    assert result.ok, result.violation
+
+
+def test_a_converged_classic_worker_counts_its_session_from_its_sync_answer() -> None:
+    """Seed 321970 of a classic soak (`c-stability`): a worker's SyncGroup and heartbeat waited 2.5 s
+    behind a delayed request on its connection; counting the session from the SyncGroup's sending
+    stopped the worker 300 ms after it converged. As Kafka's client, the answer re-arms it."""
+    result = run_scenario(generate(321970, protocol="classic"))
     assert result.ok, result.violation
