@@ -322,3 +322,13 @@ def test_a_converged_classic_worker_counts_its_session_from_its_sync_answer() ->
     stopped the worker 300 ms after it converged. As Kafka's client, the answer re-arms it."""
     result = run_scenario(generate(321970, protocol="classic"))
     assert result.ok, result.violation
+
+
+def test_an_upgrade_target_is_not_vouched_for_to_the_assignor() -> None:
+    """Seed 200246 of the long soak (a migration scenario, `c-convergence`): the upgrade made each
+    classic member's target what it ran, a task of a connector that had shrunk included; the next
+    Assign input still vouched for the target (`current_target_checked`), the assignor kept the
+    task, and the coordinator refused every answer: Assigning for 51 s. The upgrade now withdraws
+    the vouching until an install."""
+    result = run_scenario(generate(200246))
+    assert result.ok, result.violation

@@ -1098,6 +1098,11 @@ class ClassicGroups(CoreBase):
         for mid in sorted(set(group.target_members) - set(running)):
             sink.emit(TargetMember(gid, mid, None))  # (left by a former `connect` life of the group)
         sink.emit(TargetMetadata(gid, TargetMetadataValue(assignment_epoch=generation, computed_by=CLASSIC_GROUP_TYPE)))
+        # This target is what the members run, not one validated against the connectors (a classic
+        # worker may still run a task of a connector that shrank): the next assignor input does not
+        # vouch for it (else the assignor kept unconfigured tasks and every answer was refused, the
+        # group Assigning for ever: found by the simulator, seed 200246).
+        group.process.target_checked_at = None
         for m in members:
             mid, v = m.member_id, m.value
             meta = MemberMetadataValue(
