@@ -106,25 +106,13 @@ class AssignorClient:
             ],
         )
         self._stub = assignor_pb2_grpc.ConnectAssignorStub(self._channel)
-        # Assign with the request already serialized (the core's `AssignPayload`): the same method
-        # and messages on the wire, without one message of the whole group in memory.
-        self._assign_bytes = self._channel.unary_unary(
-            self.ASSIGN_METHOD, request_serializer=None, response_deserializer=assignor_pb2.AssignResponse.FromString
-        )
-        # ... and its answer as bytes, read member by member (`read_answer`): not one message of the
-        # whole answer (~4.6 MB of protobuf at 10,000 members) held from its arrival to its install.
+        # Assign with the request already serialized (the core's `AssignPayload`) and the answer as
+        # bytes, read member by member (`read_answer`): the same method and messages on the wire,
+        # without one message of the whole group, nor of the whole answer (~4.6 MB of protobuf at
+        # 10,000 members), in memory.
         self._assign_read = self._channel.unary_unary(
             self.ASSIGN_METHOD, request_serializer=None, response_deserializer=None
         )
-
-    async def assign(
-        self, request: assignor_pb2.AssignRequest | bytes, timeout_s: float
-    ) -> assignor_pb2.AssignResponse:
-        """An AssignRequest, as a message or serialized."""
-        if not isinstance(request, bytes):
-            request = request.SerializeToString()
-        response: assignor_pb2.AssignResponse = await self._assign_bytes(request, timeout=timeout_s)
-        return response
 
     async def assign_answer(self, request: bytes, timeout_s: float) -> AssignAnswer:
         """An AssignRequest's bytes; the answer read from its bytes (`read_answer`: DecodeError if

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from connect.coordinator.v1 import assignor_pb2
 from services.coordinator.core.assignment import AssignAnswer
 from services.coordinator.runtime.metrics import CoordinatorMetrics
 
@@ -41,12 +40,8 @@ class AssignorServiceClient(Protocol):
     # The service reads AssignRequest.items_once (its last ListAssignors answer said so).
     reads_items_once: bool
 
-    # (The request as a message, or serialized: `assignment.AssignPayload`.)
-    async def assign(
-        self, request: assignor_pb2.AssignRequest | bytes, timeout_s: float
-    ) -> assignor_pb2.AssignResponse: ...
-
-    # (The request serialized; the answer read from its bytes, member by member: `read_answer`.)
+    # (The request serialized: `assignment.AssignPayload`; the answer read from its bytes, member by
+    # member: `read_answer`.)
     async def assign_answer(self, request: bytes, timeout_s: float) -> AssignAnswer: ...
 
     async def list_assignors(self, timeout_s: float = ..., wait_for_ready: bool = ...) -> dict[str, VersionRange]: ...
