@@ -297,6 +297,12 @@ def test_a_lost_response_heartbeat_changes_nothing_but_is_answered_with_the_assi
         # and only if sent within the rebalance timeout of the last time the group was known settled.
         (184170, "classic"),
         (189081, "classic"),
+        # The upgrade made each classic member's target what it ran, a task of a connector that had
+        # shrunk included; the next Assign input still vouched for the target
+        # (`current_target_checked`), the assignor kept the task, and the coordinator refused every
+        # answer: Assigning for 51 s (c-convergence). The upgrade now withdraws the vouching until
+        # an install.
+        (200246, "migration"),
     ],
 )
 def test_the_long_soak_seeds_now_hold(seed: int, what: str) -> None:
@@ -306,29 +312,21 @@ def test_the_long_soak_seeds_now_hold(seed: int, what: str) -> None:
     assert result.ok, result.violation
 
 
-def test_a_retried_join_does_not_pause_the_classic_session_clock_again() -> None:
-    """Seed 321402 of a classic soak (`a-workers`): a classic worker told to rejoin sent a JoinGroup
-    that a coordinator crash lost; the group dropped it at the end of the join phase. Its JoinGroup
-    timed out, and the retry -- whose answer was lost too -- paused the session clock again, so it ran
-    its task on after another worker had it, past the zombie bound. Only one JoinGroup per proof of
-    membership now pauses the clock."""
-    result = run_scenario(generate(321402, protocol="classic"))
-    assert result.ok, result.violation
-
-
-def test_a_converged_classic_worker_counts_its_session_from_its_sync_answer() -> None:
-    """Seed 321970 of a classic soak (`c-stability`): a worker's SyncGroup and heartbeat waited 2.5 s
-    behind a delayed request on its connection; counting the session from the SyncGroup's sending
-    stopped the worker 300 ms after it converged. As Kafka's client, the answer re-arms it."""
-    result = run_scenario(generate(321970, protocol="classic"))
-    assert result.ok, result.violation
-
-
-def test_an_upgrade_target_is_not_vouched_for_to_the_assignor() -> None:
-    """Seed 200246 of the long soak (a migration scenario, `c-convergence`): the upgrade made each
-    classic member's target what it ran, a task of a connector that had shrunk included; the next
-    Assign input still vouched for the target (`current_target_checked`), the assignor kept the
-    task, and the coordinator refused every answer: Assigning for 51 s. The upgrade now withdraws
-    the vouching until an install."""
-    result = run_scenario(generate(200246))
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # `a-workers`: a classic worker told to rejoin sent a JoinGroup that a coordinator crash lost;
+        # the group dropped it at the end of the join phase. Its JoinGroup timed out, and the retry --
+        # whose answer was lost too -- paused the session clock again, so it ran its task on after
+        # another worker had it, past the zombie bound. A retry is now too late to stand in for the
+        # session.
+        321402,
+        # `c-stability`: a worker's SyncGroup and heartbeat waited 2.5 s behind a delayed request on
+        # its connection; counting the session from the SyncGroup's sending stopped the worker 300 ms
+        # after it converged. As Kafka's client, the answer re-arms it.
+        321970,
+    ],
+)
+def test_the_classic_soak_seeds_now_hold(seed: int) -> None:
+    result = run_scenario(generate(seed, protocol="classic"))
     assert result.ok, result.violation
