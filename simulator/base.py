@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from services.coordinator.core.config import ServerConfig
@@ -35,6 +36,16 @@ MAX_STEPS_PER_RUN = 200_000
 MAX_STEPS_AT_ONE_TIME = 5_000
 
 
+# The share of seeds whose coordinator moves unchanged members to a new epoch at the install
+# (docs/protocol.md#the-quiet-epoch-advance, the product's default); the rest run without it. Drawn
+# from a generator of its own (seed/quiet), so no scenario's schedule changes with it.
+QUIET_ADVANCE_SHARE = 0.8
+
+
+def quiet_advance(seed: int) -> bool:
+    return random.Random(f"{seed}/quiet").random() < QUIET_ADVANCE_SHARE
+
+
 def server_config(s: Scenario) -> ServerConfig:
     """The coordinator's bounds for simulation: Kafka's shapes, seconds instead of minutes (a load
     scenario's load settings scaled down the same way)."""
@@ -61,6 +72,7 @@ def server_config(s: Scenario) -> ServerConfig:
         classic_initial_rebalance_delay_ms=CLASSIC_INITIAL_DELAY_MS,
         classic_min_session_timeout_ms=MIN_SESSION_MS,
         classic_max_session_timeout_ms=MAX_SESSION_MS,
+        quiet_epoch_advance=quiet_advance(s.seed),
     )
 
 
@@ -170,6 +182,8 @@ class Stats:
     effects: int = 0
     converged_ms: int | None = None
     nudges: int = 0  # push nudges delivered to a worker (push scenarios)
+    # Members moved to a new epoch by an install, without a heartbeat (the quiet epoch advance).
+    quiet_advances: int = 0
     # Replicas (replica scenarios): partitions taken over, handed over, lost; writes the fence refused;
     # pauses; requests answered NOT_COORDINATOR / not available; coordinator lookups by workers.
     replica_runs: int = 0

@@ -326,7 +326,6 @@ class CoordinatorNode:
 
     def _stored(self, records: list[Record]) -> None:
         """Storage.write accepted these records: they are the committed state from now on."""
-        stats = self.sim.stats
         for r in records:
             self.shadow.replay(r)
             if isinstance(r, ClassicGroupMetadata) and r.value is not None:
@@ -346,22 +345,28 @@ class CoordinatorNode:
             if isinstance(r, MemberMetadata) and r.value is not None:
                 self.committed_members.add(r.member_id)
             elif isinstance(r, RebalanceEvent):
-                if r.event == EventType.MEMBER_FENCED:
-                    stats.coordinator_fenced += 1
-                    if r.details.get("cause") == "rebalance_timeout":
-                        stats.rebalance_timeouts += 1
-                    if r.details.get("held"):
-                        stats.held += 1
-                elif r.event == EventType.MEMBER_EXPIRED:
-                    stats.expired += 1
-                elif r.event == EventType.REVOCATION_REQUESTED:
-                    stats.revocations += 1
-                elif r.event == EventType.GROUP_UPGRADED:
-                    stats.upgrades += 1
-                elif r.event == EventType.GROUP_DOWNGRADED:
-                    stats.downgrades += 1
-                elif r.event == EventType.GROUP_EPOCH_BUMPED:
-                    self._epoch_bumped(r)
+                self._count_event(r)
+
+    def _count_event(self, r: RebalanceEvent) -> None:
+        stats = self.sim.stats
+        if r.event == EventType.MEMBER_FENCED:
+            stats.coordinator_fenced += 1
+            if r.details.get("cause") == "rebalance_timeout":
+                stats.rebalance_timeouts += 1
+            if r.details.get("held"):
+                stats.held += 1
+        elif r.event == EventType.MEMBER_EXPIRED:
+            stats.expired += 1
+        elif r.event == EventType.REVOCATION_REQUESTED:
+            stats.revocations += 1
+        elif r.event == EventType.GROUP_UPGRADED:
+            stats.upgrades += 1
+        elif r.event == EventType.GROUP_DOWNGRADED:
+            stats.downgrades += 1
+        elif r.event == EventType.GROUP_EPOCH_BUMPED:
+            self._epoch_bumped(r)
+        elif r.event == EventType.MEMBER_EPOCH_ADVANCED and r.details.get("heartbeat") is False:
+            stats.quiet_advances += 1
 
     def _epoch_bumped(self, r: RebalanceEvent) -> None:
         if r.details.get("reason") == "load_imbalance":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connect.coordinator.v1 import admin_pb2, assignor_pb2, common_pb2, coordinator_pb2
@@ -30,6 +30,9 @@ TEST_CONFIG = ServerConfig(
     min_heartbeat_interval_ms=100,
     max_heartbeat_interval_ms=15_000,
 )
+# The seeds' step-by-step examples: every member moves to a new epoch at its own heartbeat (no quiet
+# epoch advance at the install, docs/protocol.md#the-quiet-epoch-advance), as their printouts show.
+SEED_CONFIG = replace(TEST_CONFIG, quiet_epoch_advance=False)
 
 
 def items(*names: str) -> Items:
@@ -235,6 +238,7 @@ class Context:
         delay_ms: int = 0,
         assignor_state: bytes = b"",
         unchanged_omitted: bool = False,
+        metadata: dict[str, bytes] | None = None,
     ) -> coordinator_pb2.ConnectGroupInstallAssignmentResponse:
         if epoch is None:
             epoch = self.group(group_id).members[member_id].member_epoch
@@ -253,7 +257,7 @@ class Context:
             unchanged_omitted=unchanged_omitted,
         )
         for mid, its in targets.items():
-            mt = req.members.add(member_id=mid)
+            mt = req.members.add(member_id=mid, metadata=(metadata or {}).get(mid, b""))
             its.to_proto(mt.connectors_and_tasks)
         return self._apply(self.coordinator.install_assignment(req, self.now))
 

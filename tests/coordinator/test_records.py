@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from connect.coordinator.v1 import coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
+from services.common.items import Items
+from services.coordinator.core.config import ServerConfig
 from services.coordinator.core.coordinator import Nudge, Result
 from services.coordinator.core.handler import (
     NUDGE_COMPUTE,
@@ -316,11 +320,10 @@ def test_an_acknowledged_revocation_nudges_the_member_waiting_for_the_items() ->
     assert ack.effects == [Nudge(G, ("m2",), NUDGE_RELEASED)]
 
 
-def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_work_is_done() -> None:
-    """One join that moves one task: the member giving it up is nudged at the install, the newcomer
-    when the task is released, the members whose work did not change only once the task runs at
-    the newcomer -- so their heartbeats do not queue in front of the ones that move work."""
-    ctx = Context()
+def one_join_moving_one_task(ctx: Context, restart: bool = False) -> str:
+    """m1-m3 Stable on A's three tasks (m1 also runs the connector); optionally a coordinator restart
+    (volatile state lost); then m4 joins and a target that moves AT0 from m1 to m4 is installed.
+    Returns the executor."""
     ctx.put_connector("A", 3)
     for _ in range(3):
         ctx.join()
@@ -328,6 +331,8 @@ def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_
     ctx.compute(executor, {"m1": items("AC0", "AT0"), "m2": items("AT1"), "m3": items("AT2")})
     ctx.converge(G)
     assert ctx.group(G).state() == STABLE
+    if restart:
+        ctx.restart()
     ctx.join()  # m4
     executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
     prep = ctx.prepare(executor)
@@ -337,10 +342,13 @@ def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_
         {"m1": items("AC0"), "m2": items("AT1"), "m3": items("AT2"), "m4": items("AT0")},
         group_epoch=prep.group_epoch,
     )
-    # m1 gives AT0 up: nudged now (the installer is answered directly, never nudged). m4's only new
-    # item is m1's until then: nudged when it is released, not before.
-    assert ctx.nudges == ([Nudge(G, ("m1",), NUDGE_TARGET)] if executor != "m1" else [])
-    ctx.nudges.clear()
+    return executor
+
+
+def move_at0(ctx: Context) -> None:
+    """m1 gives AT0 up (nudged at the install, unless it installed it: the installer is answered
+    directly, never nudged); m4, whose only new item is m1's until then, is nudged when it is released,
+    not before; then AT0 runs at m4."""
     heartbeat(ctx, "m1")  # revocation of AT0 requested
     assert ctx.nudges == []
     heartbeat(ctx, "m1", owned=items("AC0"))  # acknowledged
@@ -348,15 +356,122 @@ def test_an_install_nudges_the_members_with_work_first_and_the_others_once_that_
     ctx.nudges.clear()
     heartbeat(ctx, "m4")  # AT0 runs at m4: every member with work is done
     assert ctx.group(G).members["m4"].current.assigned == items("AT0")
-    lagging = tuple(m for m in ("m2", "m3") if ctx.group(G).members[m].member_epoch != ctx.group(G).assignment_epoch)
-    assert lagging == ("m2", "m3")
+
+
+def test_an_install_moves_the_members_whose_work_does_not_change_to_its_epoch_without_a_heartbeat() -> None:
+    """One join that moves one task: the member giving it up is nudged at the install, the newcomer
+    when the task is released; the members whose work did not change (m2, m3: their last request was
+    at their epoch) are moved to the new epoch by the install itself -- a record each, no nudge, no
+    heartbeat -- and the group is Stable once the task runs at the newcomer. Their next steady
+    request, at the epoch they know, is the lost-response case: answered with the new epoch and
+    their assignment, nothing stored."""
+    ctx = Context()
+    executor = one_join_moving_one_task(ctx)
+    epoch = ctx.group(G).assignment_epoch
+    quiet = [m for m in ("m2", "m3") if m != executor]
+    for m in quiet:
+        cur = ctx.group(G).members[m].current
+        assert (cur.member_epoch, cur.previous_member_epoch, cur.state) == (epoch, epoch - 1, "Stable")
+        assert cur.assigned == items({"m2": "AT1", "m3": "AT2"}[m])
+    moved = [e for e in ctx.events(EventType.MEMBER_EPOCH_ADVANCED) if e.details.get("heartbeat") is False]
+    assert sorted(e.member_id for e in moved) == quiet
+    assert ctx.nudges == ([Nudge(G, ("m1",), NUDGE_TARGET)] if executor != "m1" else [])
+    ctx.nudges.clear()
+    move_at0(ctx)
+    assert ctx.nudges == []  # nobody is left to nudge to the epoch
+    assert ctx.group(G).state() == STABLE
+    for m in quiet:
+        known = ctx.group(G).members[m].current.previous_member_epoch
+        durable = ctx.durable()
+        steady = heartbeat_request(m, known, G)  # ids, epoch, sequence: nothing else
+        steady.request_sequence = ctx.next_sequence()
+        r = ctx.call("heartbeat", steady)
+        assert r.error_code == ErrorCode.NONE and r.member_epoch == epoch
+        assert Items.from_proto(r.assignment.assigned) == ctx.group(G).members[m].current.assigned
+        assert ctx.durable() == durable, "the worker learning its epoch changes nothing stored"
+        # Once it spoke at the new epoch, a copy of its old request is a replay: fenced, as before.
+        steady = heartbeat_request(m, epoch, G)
+        steady.request_sequence = ctx.next_sequence()
+        assert ctx.call("heartbeat", steady).error_code == ErrorCode.NONE
+    ctx.check_recovery()
+
+
+def test_after_a_restart_the_members_whose_work_does_not_change_are_nudged_to_the_epoch_once_that_work_is_done() -> (
+    None
+):
+    """Without proof that a member knows its epoch (no request from it since the restart), an install
+    does not move it: it is nudged once the members with work are done, so its heartbeat does not
+    queue in front of theirs -- the rule before the quiet move, and its fallback."""
+    ctx = Context()
+    executor = one_join_moving_one_task(ctx, restart=True)
+    epoch = ctx.group(G).assignment_epoch
+    assert all(ctx.group(G).members[m].member_epoch < epoch for m in ("m2", "m3") if m != executor)
+    assert ctx.nudges == ([Nudge(G, ("m1",), NUDGE_TARGET)] if executor != "m1" else [])
+    ctx.nudges.clear()
+    move_at0(ctx)
+    lagging = tuple(m for m in ("m2", "m3") if ctx.group(G).members[m].member_epoch != epoch)
+    assert lagging == tuple(m for m in ("m2", "m3") if m != executor) and lagging
     assert ctx.nudges == [Nudge(G, lagging, NUDGE_EPOCH)]
     ctx.nudges.clear()
-    heartbeat(ctx, "m2")
-    heartbeat(ctx, "m3")
+    for m in lagging:
+        heartbeat(ctx, m)
     assert ctx.nudges == []  # once per target
     assert ctx.group(G).state() == STABLE
     ctx.check_recovery()
+
+
+def test_a_steady_request_at_the_previous_epoch_after_a_restart_is_asked_for_a_full_one() -> None:
+    """A member moved by an install without a heartbeat, then a coordinator restart: its steady request
+    at the epoch it knows (no `owned`) cannot be judged as the lost-response case any more -- it is
+    asked for a full request (STALE_MEMBER_EPOCH), neither fenced nor changed, and the full request
+    moves it."""
+    ctx = Context()
+    executor = one_join_moving_one_task(ctx)
+    m = "m3" if executor != "m3" else "m2"
+    epoch = ctx.group(G).assignment_epoch
+    known = ctx.group(G).members[m].current.previous_member_epoch
+    assert ctx.group(G).members[m].member_epoch == epoch > known
+    ctx.restart()
+    durable = ctx.durable()
+    steady = heartbeat_request(m, known, G)
+    steady.request_sequence = ctx.next_sequence()
+    r = ctx.call("heartbeat", steady)
+    assert r.error_code == ErrorCode.STALE_MEMBER_EPOCH and "full request" in r.error_message
+    assert ctx.durable() == durable and m in ctx.group(G).members
+    full = heartbeat_request(m, known, G, owned=ctx.group(G).members[m].current.assigned)
+    full.request_sequence = ctx.next_sequence()
+    r = ctx.call("heartbeat", full)
+    assert r.error_code == ErrorCode.NONE and r.member_epoch == epoch
+    ctx.check_recovery()
+
+
+def test_an_install_does_not_move_a_member_quietly_when_its_target_tells_it_something_new() -> None:
+    """Same items, new metadata from the assignor: the member must hear it, so it is not moved
+    without a heartbeat."""
+    ctx = Context()
+    ctx.put_connector("A", 2)
+    ctx.join()
+    ctx.join()
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    ctx.compute(executor, {"m1": items("AC0", "AT0"), "m2": items("AT1")})
+    ctx.converge(G)
+    ctx.put_connector("B", 0)
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    prep = ctx.prepare(executor)
+    other = "m2" if executor == "m1" else "m1"
+    ctx.nudges.clear()
+    targets = {"m1": items("AC0", "AT0"), "m2": items("AT1")}
+    targets[executor] = targets[executor] | items("BC0")
+    r = ctx.install(executor, targets, group_epoch=prep.group_epoch, metadata={other: b"news"})
+    assert r.error_code == ErrorCode.NONE, r
+    epoch = ctx.group(G).assignment_epoch
+    assert ctx.group(G).members[other].member_epoch < epoch
+    # Its items do not change: nudged to the epoch (and the news) once the executor runs B.
+    assert ctx.nudges == []
+    heartbeat(ctx, executor)
+    assert ctx.nudges == [Nudge(G, (other,), NUDGE_EPOCH)]
+    hb = heartbeat(ctx, other)
+    assert hb.response.member_epoch == epoch and hb.response.assignment.metadata == b"news"
 
 
 def settled_members_hold_their_items_once(ctx: Context) -> None:
@@ -385,3 +500,14 @@ def test_a_settled_members_items_are_held_once() -> None:
     settle_two_members_over_the_wire(ctx)
     settled_members_hold_their_items_once(ctx)
     ctx.check_recovery()
+
+
+@pytest.mark.parametrize(("raw", "value"), [("true", True), ("FALSE", False), (" True ", True)])
+def test_the_quiet_epoch_advance_is_a_server_setting(raw: str, value: bool) -> None:
+    assert ServerConfig.from_properties({"group.connect.epoch.advance.quiet": raw}).quiet_epoch_advance is value
+
+
+@pytest.mark.parametrize("raw", ["yes", "1", "", "truee"])
+def test_a_bad_quiet_epoch_advance_setting_is_refused_naming_the_key(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"group\.connect\.epoch\.advance\.quiet must be true or false"):
+        ServerConfig.from_properties({"group.connect.epoch.advance.quiet": raw})

@@ -2,7 +2,8 @@
 
 Connectors/tasks as in the seed: AC0, AT1, AT2, BC0, BT1 (connector A with tasks 1-2, B with
 task 1; we number tasks from 0 as Connect does, so A has task_count 3 and B 2, and task 0 of each
-stays in the group too).
+stays in the group too). Run without the quiet epoch advance (`SEED_CONFIG`): the seed's members
+move to each epoch at their own heartbeat.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from connect.coordinator.v1 import common_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from services.common.items import Items
 from services.coordinator.core.records import EventType
-from tests.coordinator.harness import Context, items
+from tests.coordinator.harness import SEED_CONFIG, Context, items
 
 
 def seed_group() -> Context:
-    ctx = Context()
+    ctx = Context(config=SEED_CONFIG)
     ctx.put_connector("A", 3)  # AC0, AT0, AT1, AT2
     ctx.put_connector("B", 2)  # BC0, BT0, BT1
     return ctx

@@ -7,7 +7,8 @@ Seed 002 computes targets in the coordinator; we run each case twice: with the a
 chosen member calls Prepare, then Install). Either way the test decides the target, as the seed does.
 
 Epochs are relative: the connector put creates the group at epoch `b`, so the seed's epoch n is b+n.
-Where the seed's printouts contradict the rules they illustrate, the comment says so.
+Where the seed's printouts contradict the rules they illustrate, the comment says so. Run without
+the quiet epoch advance (`SEED_CONFIG`): the seed's members move to each epoch at their own heartbeat.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from connect.coordinator.v1 import assignor_pb2, coordinator_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
 from connect.coordinator.v1.coordinator_pb2 import ConnectGroupHeartbeatResponse
 from services.common.items import Items
-from tests.coordinator.harness import Context, items
+from tests.coordinator.harness import SEED_CONFIG, Context, items
 
 MODES = ["service", "worker"]
 SERVICE_ASSIGNORS = {"incremental-cooperative": (1, 2), "eager": (0, 0)}
@@ -30,7 +31,7 @@ def S(*names: str) -> str:
 
 
 def new_group(mode: str, tasks: int) -> tuple[Context, int]:
-    ctx = Context(service_assignors=SERVICE_ASSIGNORS if mode == "service" else None)
+    ctx = Context(config=SEED_CONFIG, service_assignors=SERVICE_ASSIGNORS if mode == "service" else None)
     ctx.put_connector("foo", tasks)
     return ctx, ctx.group().epoch
 

@@ -44,6 +44,18 @@ LOAD_REPORT_INTERVAL_KEY = "group.connect.load.report.interval.ms"
 _DECIMAL = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
 
 
+QUIET_ADVANCE_KEY = "group.connect.epoch.advance.quiet"
+
+
+def parse_bool(raw: str, name: str) -> bool:
+    """`true` or `false` (any case), else ValueError naming `name`."""
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        shown = raw if len(raw) <= 64 else raw[:64] + "..."
+        raise ValueError(f"{name} must be true or false, got {shown!r}")
+    return value == "true"
+
+
 def parse_float(raw: str, name: str) -> float:
     """`raw` as a non-negative decimal number (ASCII digits, an optional fraction: no sign, exponent,
     `nan` or `inf`), else ValueError naming `name`."""
@@ -171,6 +183,11 @@ class ServerConfig:
     load_cooldown_ms: int = 300_000
     load_report_threshold: float = 0.1
     load_report_interval_ms: int = 30_000
+    # An install moves a member whose work does not change (and whose last request was at its
+    # epoch) to the new epoch by itself, without that member's heartbeat: a join wakes only the
+    # members that move work (docs/protocol.md#the-quiet-epoch-advance). False: every member moves at
+    # its own heartbeat, nudged once the work is done -- the seeds' step-by-step walk.
+    quiet_epoch_advance: bool = True
 
     KEYS = {
         "group.connect.session.timeout.ms": "session_timeout_ms",
@@ -214,6 +231,7 @@ class ServerConfig:
         LOAD_COOLDOWN_KEY: "load_cooldown_ms",
         LOAD_REPORT_THRESHOLD_KEY: "load_report_threshold",
         LOAD_REPORT_INTERVAL_KEY: "load_report_interval_ms",
+        QUIET_ADVANCE_KEY: "quiet_epoch_advance",
     }
 
     @classmethod
@@ -232,6 +250,9 @@ class ServerConfig:
                 continue
             if key in (LOAD_RATIO_KEY, LOAD_REPORT_THRESHOLD_KEY):
                 values[attr] = parse_float(raw, key)
+                continue
+            if key == QUIET_ADVANCE_KEY:
+                values[attr] = parse_bool(raw, key)
                 continue
             if key == LOAD_MAX_MOVES_KEY:
                 values[attr] = parse_max_moves(raw, key)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from connect.coordinator.v1 import assignor_pb2
 from connect.coordinator.v1.common_pb2 import ErrorCode
-from services.common.items import Items
+from services.common.items import EMPTY, Items
 from services.coordinator.core.config import (
     ASSIGNMENT_MODE,
     HEARTBEAT_INTERVAL,
@@ -29,12 +29,15 @@ from services.coordinator.core.config import (
 )
 from services.coordinator.core.errors import ApiError, clip
 from services.coordinator.core.records import (
+    CurrentAssignment,
+    CurrentAssignmentValue,
     EventType,
     GroupMetadata,
     GroupMetadataValue,
     MemberState,
     RebalanceEvent,
     Record,
+    TargetMemberValue,
 )
 from services.coordinator.core.state import CoordinatorState, Group, Member
 from services.coordinator.core.timers import Timer
@@ -169,6 +172,14 @@ class Sink:
         return Result(self.records, response, self.effects, self.answers)
 
 
+def _same_extras(target: TargetMemberValue | None, current: CurrentAssignmentValue) -> bool:
+    """Whether a member's target tells it nothing its current assignment has not (error, version,
+    metadata: the assignor's word to the worker, carried by the answer that moves it)."""
+    if target is None:
+        return current.error == 0 and current.version == 0 and current.metadata == b""
+    return target.error == current.error and target.version == current.version and target.metadata == current.metadata
+
+
 @dataclass
 class CoreBase:
     """The state and configuration every part of the core works on, and the steps the parts call
@@ -267,15 +278,28 @@ class CoreBase:
         """A new target is installed. Nudged now: the members with something to do at once -- items
         to revoke (the critical path: what they release, others wait for), or items to receive that
         are free. Nudged when their items are released (`_nudge_waiting`): members all of whose new
-        items someone else still owns (a heartbeat now would only tell them to wait). Nudged once all
-        that work is done (`_nudge_epoch_laggards`): members whose work does not change, to the new
-        epoch. O(items) -- as the install itself."""
+        items someone else still owns (a heartbeat now would only tell them to wait). Members whose
+        work does not change are moved to the new epoch here, without a heartbeat, when they are
+        known to hold their epoch (`_advance_quietly`); the others among them are nudged once all
+        that work is done (`_nudge_epoch_laggards`). O(items) -- as the install itself."""
         proc = group.process
         work: list[str] = []
         now: list[str] = []
+        quiet: list[Member] = []
+        epoch = group.assignment_epoch
+        quietly = self.config.quiet_epoch_advance
         for mid, m in group.members.items():
-            current, target = m.current, group.target_of(mid)
+            current = m.current
+            value = group.target_members.get(mid)
+            target = value.items if value is not None else EMPTY
             if current.state == MemberState.STABLE and target == current.assigned:
+                if (
+                    quietly
+                    and 1 <= m.confirmed_epoch == current.member_epoch < epoch
+                    and not m.meta.is_classic
+                    and _same_extras(value, current)
+                ):
+                    quiet.append(m)
                 continue
             work.append(mid)
             wanted = target - current.assigned
@@ -286,14 +310,51 @@ class CoreBase:
                 or any(group.is_free_for(mid, key) for key in wanted.item_keys())
             ):
                 now.append(mid)
+        for m in quiet:
+            self._advance_quietly(sink, group, m, epoch)
+        lagging = len(group.members) - len(work) - len(quiet)
         if not work:
-            sink.nudge(group.group_id, group.members, NUDGE_TARGET)  # only the epoch moves, for everyone
+            # Only the epoch moves, for everyone: those not moved already heartbeat to it.
+            sink.nudge(
+                group.group_id, [mid for mid, m in group.members.items() if m.member_epoch != epoch], NUDGE_TARGET
+            )
             proc.awaiting_work.clear()
             proc.epoch_nudge_due = False
             return
         sink.nudge(group.group_id, now, NUDGE_TARGET)
         proc.awaiting_work = set(work)
-        proc.epoch_nudge_due = len(work) < len(group.members)
+        proc.epoch_nudge_due = lagging > 0
+
+    def _advance_quietly(self, sink: Sink, group: Group, member: Member, epoch: int) -> None:
+        """Move a member whose work does not change to the installed target's epoch without its
+        heartbeat (a record, no nudge): at a join into N workers, the N - 10 or so whose items stay
+        put no longer wake up, and the group is Stable once the members that move work are done.
+        Only a member whose last request was at its epoch (`confirmed_epoch`): its next request, at
+        that epoch, is then the lost-response case (its previous epoch, owning a subset of its
+        assignment), accepted and answered with the new epoch. Not a classic member (its generation is
+        its epoch, SPEC §12). It runs exactly what it ran: no item changes hands."""
+        current = member.current
+        sink.emit(
+            CurrentAssignment(
+                group.group_id,
+                member.member_id,
+                replace(
+                    current,
+                    member_epoch=epoch,
+                    previous_member_epoch=current.member_epoch,
+                    request_sequence=max(current.request_sequence, member.last_request_sequence),
+                ),
+            )
+        )
+        sink.event(
+            group,
+            EventType.MEMBER_EPOCH_ADVANCED,
+            member.member_id,
+            epoch,
+            previous=current.member_epoch,
+            heartbeat=False,
+        )
+        self._work_done(group, member.member_id)
 
     def _work_done(self, group: Group, member_id: str) -> None:
         """The member reconciled with the installed target, or left the group."""

@@ -152,15 +152,11 @@ class Membership(CoreBase):
         else:
             assert group is not None
             if req.member_epoch != member.member_epoch:
-                if (
-                    req.member_epoch < member.member_epoch
-                    and req.member_epoch == member.current.previous_member_epoch
-                    and owned is not None
-                    and owned.issubset(member.current.assigned)
-                ):
-                    # Seed 001 step 3: the response that moved the member to its epoch was lost.
-                    lost_response = True
-                else:
+                if req.member_epoch < member.member_epoch and req.member_epoch == member.current.previous_member_epoch:
+                    # Seed 001 step 3: the response that moved the member to its epoch was lost --
+                    # or it was moved there by an install without a heartbeat (`_advance_quietly`).
+                    lost_response = self._lost_response(member, req, owned)
+                if not lost_response:
                     return self._fence(sink, group, member, req.member_epoch, now)
             loads.check_owned(member, req)
             self._update_member(sink, group, member, req, now)
@@ -251,6 +247,8 @@ class Membership(CoreBase):
         member's session. Returns the session timeout."""
         if req.HasField("request_sequence"):
             member.last_request_sequence = req.request_sequence
+        if req.member_epoch == member.current.member_epoch:
+            member.confirmed_epoch = req.member_epoch  # (not the lost-response case: it knows its epoch)
         session_timeout_ms = self.session_timeout_ms(group)
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
@@ -361,6 +359,28 @@ class Membership(CoreBase):
             sink.event(group, EventType.MEMBER_JOINED, mid, 0, instance_id=instance_id, url=meta.url)
             self._bump(sink, group, "member_joined", mid)
         return group.members[mid]
+
+    @staticmethod
+    def _lost_response(member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, owned: Items | None) -> bool:
+        """A request at the member's previous epoch: the lost-response case if what it owns is a
+        subset of its current assignment. A steady request leaves `owned` out (unchanged since the
+        worker's last request); that is judged by the last request this process took from the member
+        at that epoch (`confirmed_epoch`): what it owned then is within its assignment, which did not
+        change since (a member moved by an install without a heartbeat runs what it ran; one moved by
+        a heartbeat whose answer was lost sends a full request). Without that proof (a restart since
+        it), the member is asked for a full request, and nothing changes; one that spoke at a newer
+        epoch since is replaying an old request (fenced, as any other)."""
+        if owned is not None:
+            return owned.issubset(member.current.assigned)
+        if member.confirmed_epoch == req.member_epoch:
+            return True
+        if member.confirmed_epoch > req.member_epoch:
+            return False  # it has spoken at a newer epoch: a replay
+        raise ApiError(
+            ErrorCode.STALE_MEMBER_EPOCH,
+            f"member_epoch {req.member_epoch} is the member's previous epoch (it is at {member.member_epoch}): "
+            "send a full request, with owned, to be moved to its epoch",
+        )
 
     @staticmethod
     def _check_sequence(member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest) -> None:

@@ -95,6 +95,11 @@ class Member:
     # kept in memory (the newest only) and stored by the first heartbeat once that half passed.
     load_stored_ms: int | None = None
     pending_report: MemberMetadataValue | None = None
+    # Volatile: the member epoch of its last request sent at the epoch it had when it arrived (-1:
+    # none since a restart, or since it joined). Proof that the worker knows that epoch -- no answer
+    # that moved it there was lost -- so an install may move it to the next one without a heartbeat
+    # (`_nudge_target`): its request at this epoch is then the lost-response case.
+    confirmed_epoch: int = -1
 
     @property
     def member_epoch(self) -> int:
