@@ -4,6 +4,7 @@ acknowledge, advance, fence, install), as Kafka's GroupMetadataManagerTest asser
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ from services.coordinator.core.records import (
 )
 from services.coordinator.core.state import NO_ASSIGNMENT, STABLE
 from services.coordinator.core.timers import TimerKey, TimerKind
+from services.coordinator.runtime.server import CoordinatorServicer
 from tests.coordinator.harness import Context, heartbeat_request, items
 
 G = "g"
@@ -511,3 +513,24 @@ def test_the_quiet_epoch_advance_is_a_server_setting(raw: str, value: bool) -> N
 def test_a_bad_quiet_epoch_advance_setting_is_refused_naming_the_key(raw: str) -> None:
     with pytest.raises(ValueError, match=r"group\.connect\.epoch\.advance\.quiet must be true or false"):
         ServerConfig.from_properties({"group.connect.epoch.advance.quiet": raw})
+
+
+def test_a_push_stream_opens_at_the_epoch_a_quietly_moved_worker_still_holds() -> None:
+    """A worker moved by an install without a heartbeat still holds its previous epoch until its next
+    heartbeat: its push stream (reopened after a lost connection) names that one and must open --
+    refused, the worker would be heartbeat-paced meanwhile. Older and newer epochs stay refused."""
+    ctx = Context()
+    executor = one_join_moving_one_task(ctx)
+    m = "m3" if executor != "m3" else "m2"
+    current = ctx.group(G).members[m].current
+    assert current.previous_member_epoch >= 1
+    servicer = SimpleNamespace(core=ctx.coordinator)
+
+    def refusal(epoch: int) -> Any:
+        request = coordinator_pb2.ConnectGroupWatchRequest(group_id=G, member_id=m, member_epoch=epoch)
+        return CoordinatorServicer._not_a_member(servicer, request)  # type: ignore[arg-type]
+
+    assert refusal(current.member_epoch) is None
+    assert refusal(current.previous_member_epoch) is None
+    for epoch in (current.previous_member_epoch - 1, current.member_epoch + 1, -1):
+        assert refusal(epoch)[0] == ErrorCode.FENCED_MEMBER_EPOCH

@@ -8,7 +8,7 @@ heartbeats at once. A nudge carries nothing that must be trusted: it only moves 
 * Bounded: nudges leave at most `rate` per second over all streams (a token bucket), so a change
   that concerns 1,000 members does not bring 1,000 heartbeats in the same millisecond.
 * Only for members: the server opens a stream only for a member of the group presenting its current
-  epoch (`server.CoordinatorServicer._watch_refusal`).
+  epoch, or its previous one, which the worker may still hold (`server.CoordinatorServicer._watch_refusal`).
 * One stream per member, never taken over: a new stream for the same member replaces the open one
   only when both come from the same principal (the member reconnecting: its old connection may not
   be known dead yet); from another principal the new one is refused and the open one kept. Without

@@ -333,8 +333,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
         return coordinator_pb2.ConnectGroupWatchResponse(error_code=refused[0], error_message=refused[1])
 
     def _not_a_member(self, request: Any) -> tuple[ErrorCode, str] | None:
-        """A stream is only for a member of the group at its current epoch: streams for members that
-        do not exist (100,050 were opened, 2 GB) or for a member an old epoch names are refused."""
+        """A stream is only for a member of the group at an epoch it may hold: streams for members that
+        do not exist (100,050 were opened, 2 GB) or for a member an old epoch names are refused. The
+        epoch it may hold is its current one or its previous one (>= 1): the one a worker still has
+        after a lost response, or after an install moved it without a heartbeat (the quiet epoch
+        advance), until its next heartbeat tells it."""
         group = self.core.state.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
         if member is None:
@@ -342,7 +345,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer, 
                 ErrorCode.UNKNOWN_MEMBER_ID,
                 f"member '{request.member_id}' is not a member of group '{request.group_id}': no push stream",
             )
-        if member.member_epoch != request.member_epoch:
+        epoch = request.member_epoch
+        if epoch != member.member_epoch and not (epoch >= 1 and epoch == member.current.previous_member_epoch):
             return (
                 ErrorCode.FENCED_MEMBER_EPOCH,
                 f"member_epoch {request.member_epoch} is not the member's current epoch: no push stream",
