@@ -164,6 +164,8 @@ class Membership(CoreBase):
 
         mid = member.member_id
         session_timeout_ms = self._alive(group, member, req, now)
+        if not lost_response and req.member_epoch == member.member_epoch:
+            member.confirmed_epoch = req.member_epoch  # the worker knows its epoch
 
         before = member.current
         # A lost-response request is answered with the member's current assignment and changes
@@ -240,6 +242,7 @@ class Membership(CoreBase):
         limit = self.config.max_id_length  # (the ids were checked in full when they were created)
         if len(group_id) > limit or len(member_id) > limit:
             return None
+        member.confirmed_epoch = member_epoch  # (its request is at its epoch)
         return self._response(group, member, self._alive(group, member, req, now))
 
     def _alive(self, group: Group, member: Member, req: coordinator_pb2.ConnectGroupHeartbeatRequest, now: int) -> int:
@@ -247,8 +250,6 @@ class Membership(CoreBase):
         member's session. Returns the session timeout."""
         if req.HasField("request_sequence"):
             member.last_request_sequence = req.request_sequence
-        if req.member_epoch == member.current.member_epoch:
-            member.confirmed_epoch = req.member_epoch  # (not the lost-response case: it knows its epoch)
         session_timeout_ms = self.session_timeout_ms(group)
         # Never earlier than a deadline already set: the member may not have heard yet of a lowered
         # session timeout, and its SDK stops its work only by the session it was last told.
