@@ -79,6 +79,12 @@ def _release_at(member: Member) -> int:
 _STEADY_FIELDS = frozenset(("group_id", "member_id", "member_epoch"))
 
 
+def _note_confirmed(member: Member, request_epoch: int, lost_response: bool) -> None:
+    """A request at the member's epoch (not the lost-response case): the worker knows its epoch."""
+    if not lost_response and request_epoch == member.member_epoch:
+        member.confirmed_epoch = request_epoch
+
+
 class Membership(CoreBase):
     """ConnectGroupHeartbeat and the life of a member in its group."""
 
@@ -164,8 +170,7 @@ class Membership(CoreBase):
 
         mid = member.member_id
         session_timeout_ms = self._alive(group, member, req, now)
-        if not lost_response and req.member_epoch == member.member_epoch:
-            member.confirmed_epoch = req.member_epoch  # the worker knows its epoch
+        _note_confirmed(member, req.member_epoch, lost_response)
 
         before = member.current
         # A lost-response request is answered with the member's current assignment and changes
