@@ -534,3 +534,44 @@ def test_a_push_stream_opens_at_the_epoch_a_quietly_moved_worker_still_holds() -
     assert refusal(current.previous_member_epoch) is None
     for epoch in (current.previous_member_epoch - 1, current.member_epoch + 1, -1):
         assert refusal(epoch)[0] == ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_a_quietly_moved_member_given_work_by_the_next_target_is_nudged_again_by_its_stale_request() -> None:
+    """An install moves m2 quietly; before its worker hears of it, the next target has m2 give a task
+    up. m2 is nudged for that target, and its worker's request comes at the epoch it knows: the
+    lost-response case, answered with m2's epoch only (no revocation in that answer). The answer
+    says the member must heartbeat again at once -- a nudge to it -- so the revocation does not wait
+    for the heartbeat interval."""
+    ctx = Context()
+    executor = one_join_moving_one_task(ctx)
+    m = "m2" if executor != "m2" else "m3"
+    other = ({"m2", "m3"} - {m}).pop()
+    move_at0(ctx)
+    known = ctx.group(G).members[m].current.previous_member_epoch
+    quiet_epoch = ctx.group(G).members[m].member_epoch
+    assert known < quiet_epoch == ctx.group(G).assignment_epoch
+    # m5 joins; the next target takes m's task (and m4's, m1's, the other's stay).
+    ctx.join()  # m5
+    executor = ctx.group(G).in_flight.executor  # type: ignore[union-attr]
+    prep = ctx.prepare(executor)
+    task = {"m2": "AT1", "m3": "AT2"}[m]
+    targets = {"m1": items("AC0"), "m4": items("AT0"), other: items({"m2": "AT1", "m3": "AT2"}[other])}
+    targets[m] = Items()
+    targets["m5"] = items(task)
+    assert ctx.install(executor, targets, group_epoch=prep.group_epoch).error_code == ErrorCode.NONE
+    if executor != m:
+        assert Nudge(G, (m,), NUDGE_TARGET) in ctx.nudges
+    ctx.nudges.clear()
+    steady = heartbeat_request(m, known, G)
+    steady.request_sequence = ctx.next_sequence()
+    result = ctx.coordinator.heartbeat(steady, ctx.now)
+    ctx._apply(result)
+    r = result.response
+    assert r.error_code == ErrorCode.NONE and r.member_epoch == quiet_epoch
+    assert Items.from_proto(r.assignment.assigned) == items(task)  # no revocation in this answer
+    assert result.effects == [Nudge(G, (m,), NUDGE_TARGET)]
+    # Its next heartbeat, at the epoch it now knows, is asked to revoke the task.
+    r = heartbeat(ctx, m).response
+    assert Items.from_proto(r.assignment.assigned) == Items()
+    assert ctx.group(G).members[m].current.state == MemberState.UNREVOKED_ITEMS
+    ctx.check_recovery()

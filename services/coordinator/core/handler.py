@@ -163,6 +163,11 @@ class Sink:
             )
         )
 
+    def nudge_requester(self, group_id: str, reason: str) -> None:
+        """Nudge the member whose request this is: its answer does not tell it everything (a
+        lost-response answer moves it to its epoch only; it has a newer target to reconcile to)."""
+        self.effects.append(Nudge(group_id, (self.requester,), reason))
+
     def nudge(self, group_id: str, member_ids: Iterable[str], reason: str) -> None:
         members = tuple(m for m in member_ids if m != self.requester)
         if members:

@@ -20,7 +20,7 @@ from services.coordinator.core.config import (
     MODE_SERVICE,
 )
 from services.coordinator.core.errors import ApiError, invalid
-from services.coordinator.core.handler import GROUP_TYPE, CoreBase, Result, Sink
+from services.coordinator.core.handler import GROUP_TYPE, NUDGE_TARGET, CoreBase, Result, Sink
 from services.coordinator.core.reconciliation import next_assignment
 from services.coordinator.core.records import (
     AssignorSpec,
@@ -77,6 +77,14 @@ def _release_at(member: Member) -> int:
 
 # The fields a steady-state heartbeat sets (besides request_sequence).
 _STEADY_FIELDS = frozenset(("group_id", "member_id", "member_epoch"))
+
+
+def _nudge_if_behind(sink: Sink, group: Group, member: Member) -> None:
+    """A lost-response answer tells the member only its epoch. If a newer target waits for it (an
+    install moved it quietly, then the next one gave it work), its next heartbeat must reconcile at
+    once, not at the interval: the nudge for that target was spent on this request."""
+    if member.member_epoch < group.assignment_epoch:
+        sink.nudge_requester(group.group_id, NUDGE_TARGET)
 
 
 def _note_confirmed(member: Member, request_epoch: int, lost_response: bool) -> None:
@@ -180,6 +188,8 @@ class Membership(CoreBase):
         # would never be sent again.
         if not lost_response:
             self._reconcile(sink, group, member, owned, now)
+        else:
+            _nudge_if_behind(sink, group, member)
         self._after_change(sink, group, now)
 
         inflight = group.process.in_flight
