@@ -16,7 +16,7 @@ import services.assignor
 from services.common.items import EMPTY
 from services.coordinator.core import membership as membership_module
 from services.coordinator.core.coordinator import GroupCoordinator
-from services.coordinator.core.records import CurrentAssignmentValue, MemberState
+from services.coordinator.core.records import CurrentAssignment, CurrentAssignmentValue, MemberState
 from services.coordinator.core.state import LoadWatch
 from services.coordinator.runtime.machine import CoordinatorMachine
 from services.storage import leases as leases_module
@@ -191,6 +191,38 @@ def report_unowned_loads() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def quiet_advance_moves_work() -> Iterator[None]:
+    """The quiet epoch advance also moves members whose work changes: an install hands each member
+    its target at once -- nothing revoked first, nothing waiting for its previous owner -- and the
+    worker hears of it at its next heartbeat (the lost-response answer)."""
+    original: Callable[..., Any] = GroupCoordinator._nudge_target
+
+    def _nudge_target(self: GroupCoordinator, sink: Any, group: Any) -> None:
+        epoch = group.assignment_epoch
+        for mid, m in list(group.members.items()):
+            current = m.current
+            target = group.target_of(mid)
+            if (
+                not m.meta.is_classic
+                and 1 <= m.confirmed_epoch == current.member_epoch < epoch
+                and target != current.assigned
+            ):
+                moved = replace(
+                    current,
+                    member_epoch=epoch,
+                    previous_member_epoch=current.member_epoch,
+                    state=MemberState.STABLE,
+                    assigned=target,
+                    revoking=EMPTY,
+                )
+                sink.emit(CurrentAssignment(group.group_id, mid, moved))
+        original(self, sink, group)
+
+    with _patch(GroupCoordinator, "_nudge_target", _nudge_target):
+        yield
+
+
 PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "skip-revocation-wait": skip_revocation_wait,
     "accept-stale-epoch": accept_stale_epoch,
@@ -203,6 +235,7 @@ PLANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ignore-futile-load-bumps": ignore_futile_load_bumps,
     "assignor-ignores-racks": assignor_ignores_racks,
     "report-unowned-loads": report_unowned_loads,
+    "quiet-advance-moves-work": quiet_advance_moves_work,
 }
 
 
