@@ -347,7 +347,7 @@ class CoreBase:
                     current,
                     member_epoch=epoch,
                     previous_member_epoch=current.member_epoch,
-                    request_sequence=max(current.request_sequence, member.last_request_sequence),
+                    request_sequence=member.last_request_sequence,  # (never below the stored one: replay)
                 ),
             )
         )
@@ -359,7 +359,6 @@ class CoreBase:
             previous=current.member_epoch,
             heartbeat=False,
         )
-        self._work_done(group, member.member_id)
 
     def _work_done(self, group: Group, member_id: str) -> None:
         """The member reconciled with the installed target, or left the group."""
