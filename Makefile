@@ -72,7 +72,7 @@ $(PY_STACK_STAMP): pyproject.toml | $(BIN)/python
 	  $(STEP); step "pip install -e ." $(BIN)/python -m pip install --quiet -e . && touch $@; fi
 
 $(PY_STAMP): pyproject.toml | $(BIN)/python
-	@$(STEP); step "pip install -e '.[dev]'" $(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(STEP); step "pip install -e '.[dev,metrics]'" $(BIN)/python -m pip install --quiet -e '.[dev,metrics]'
 	@touch $@
 
 $(BUF_STAMP): $(TOOLS)/package.json $(TOOLS)/package-lock.json | system

@@ -197,9 +197,16 @@ def _preset_conf(under_submit: bool) -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
+INSTALL_HINT = "pip install 'connect-group-coordinator[metrics]' (the connect-metrics image has it)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # an install without the extra (the coordinator's image, `make up`'s venv)
+        print(f"connect-metrics: PySpark is not installed: {INSTALL_HINT}", file=sys.stderr)
+        return 2
 
     from jobs.rebalance_metrics import job
     from jobs.rebalance_metrics.source import SourceError, parse_database_url

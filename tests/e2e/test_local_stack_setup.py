@@ -34,7 +34,15 @@ def test_make_up_sets_up_only_the_local_stack() -> None:
 
 def test_make_test_sets_up_everything_then_lints_and_runs_pytest() -> None:
     test = would_run("test")
-    for step in ("scripts/setup_system.sh test", "-e '.[dev]'", "npm install", "npm ci", "checkov", "ruff", "pytest"):
+    for step in (
+        "scripts/setup_system.sh test",
+        "-e '.[dev,metrics]'",
+        "npm install",
+        "npm ci",
+        "checkov",
+        "ruff",
+        "pytest",
+    ):
         assert step in test, f"make test would not run {step!r}:\n{test}"
     assert test.index("setup_system.sh test") < test.index("ruff") < test.index("bin/pytest")
 

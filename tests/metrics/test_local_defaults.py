@@ -130,3 +130,21 @@ def test_a_table_without_rows_opens_with_its_schema(spark: SparkSession, tmp_pat
     assert not list((out / "data_quality").glob("part-*"))
     got = spark.read.parquet(str(out / "data_quality")).select("check", "events").collect()
     assert {r["check"]: r["events"] for r in got} == stats.quality
+
+
+def test_without_pyspark_connect_metrics_says_which_extra_to_install(tmp_path: Path) -> None:
+    """PySpark is the `metrics` extra, not a runtime dependency (the coordinator's image and `make
+    up` do without it): the job then says so in one line, names the extra, and exits 2."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    # pyspark made unimportable in a fresh interpreter, as in an install without the extra.
+    script = (
+        "import sys; sys.modules['pyspark'] = None; from jobs.rebalance_metrics.cli import main; "
+        f"sys.exit(main(['run', '--database', {url!r}, '--output', {str(tmp_path / 'out')!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "PySpark is not installed" in lines[0], done.stderr
+    assert "connect-group-coordinator[metrics]" in lines[0]
+    assert not (tmp_path / "out").exists(), "nothing was written"
