@@ -11,13 +11,16 @@ clients, so the coordinator is what is measured), started together once all are 
 * ``--mode service``: a `connect-assignor serve` subprocess, which the coordinator calls itself
   while the joins come in and after the last (one Assign in flight at a time, the latest epoch next).
 
-Then every member heartbeats until it holds its target and DescribeGroups says Stable. Reports the
+Then every member heartbeats until it holds its target and DescribeGroups says Stable. Then, with the
+coordinator stopped, the same client processes send the same joins to a bare ``grpc.aio`` server of the
+same service that parses each request and answers a new member id, nothing more: the floor under the
+joins' figure on this machine in this run (``--no-floor`` leaves it out). Reports the
 time per slice of joins (flat = a join costs the same at 1,000 and 10,000 members), all joins (target
-<= 5 s, issue 39), Prepare / compute / Install (worker mode), everyone Stable, and RSS after start,
+<= 5 s, issue 39) next to that floor, Prepare / compute / Install (worker mode), everyone Stable, and RSS after start,
 after the joins, at Stable, the peak (target <= 100 MB, issue 39) and after the heap trim.
 
     .venv/bin/python bench/group_scale_bench.py [--mode worker|service] [--members 10000] [--tasks 100000]
-        [--clients 4] [--in-flight 64]
+        [--clients 4] [--in-flight 64] [--no-floor]
     .venv/bin/python bench/group_scale_bench.py --quick     # the CI smoke form (tests/bench/)
 """
 
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +60,7 @@ from services import assignor  # noqa: E402
 from worker_sdk import assign_request  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from _coordinator import AssignorService, Coordinator  # noqa: E402
+from _coordinator import AssignorService, Coordinator, process_cpu_s, start_server, stop_process  # noqa: E402
 
 GROUP = "big"
 ASSIGNORS = common_pb2.ClientAssignors(
@@ -135,6 +139,43 @@ async def join_slice(address: str, first: int, count: int, in_flight: int) -> di
     return {"first": first, "ids": ids, "epochs": epochs, "done_at": done_at, "executor": executor}
 
 
+def main_thread_cpu_s(pid: int) -> float:
+    """CPU seconds the process's first thread (its event loop) has run, to the nanosecond."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+class _BareCoordinator(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):
+    """The floor: the coordinator's service and messages with nothing of the coordinator behind them."""
+
+    async def ConnectGroupHeartbeat(
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+            member_id=request.member_id or str(uuid.uuid4()), member_epoch=request.member_epoch + 1
+        )
+
+
+async def serve_bare() -> None:
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(_BareCoordinator(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    await server.wait_for_termination()
+
+
+def floor_joins(members: int, clients: int, in_flight: int) -> tuple[float, float]:
+    """The same joins from the same client processes to a bare server (``serve_bare``) in a process of
+    its own: (seconds from go to the last answer, the server's CPU seconds)."""
+    server, address = start_server([sys.executable, __file__, "--serve-bare"], "the bare server")
+    try:
+        cpu0 = process_cpu_s(server.pid)
+        t0, joined = join_from_clients(address, members, clients, in_flight)
+        return max(joined["done_at"]) - t0, process_cpu_s(server.pid) - cpu0
+    finally:
+        stop_process(server)
+
+
 def join_from_clients(address: str, members: int, clients: int, in_flight: int) -> tuple[float, dict[str, Any]]:
     """``clients`` processes join ``members`` members at once; (the monotonic time of go, their results)."""
     procs = []
@@ -185,7 +226,7 @@ async def run(
         )
         assert r.error_code == 0, r.error_message
 
-    cpu0 = coord.cpu_s()
+    cpu0, main0 = coord.cpu_s(), main_thread_cpu_s(coord.proc.pid)
     loop = asyncio.get_running_loop()
     t0, joined = await loop.run_in_executor(None, join_from_clients, address, members, args.clients, in_flight)
     ids, epochs, done_at, executor = joined["ids"], joined["epochs"], joined["done_at"], joined["executor"]
@@ -198,6 +239,8 @@ async def run(
         slices.append({"members": k, "ms_per_join": (end - prev) * 1000 / slice_})
         prev = end
     out.update(joins_s=joined_s, joins_cpu_s=coord.cpu_s() - cpu0, slices=slices, rss_after_joins_mb=coord.rss_mb())
+    # The event loop's thread (the process's first), apart from the storage writer's and gRPC's threads.
+    out["joins_main_thread_cpu_s"] = main_thread_cpu_s(coord.proc.pid) - main0
 
     if args.mode == "worker":
         # The assignment, once: the executor the coordinator chose (the first joiner) computes it.
@@ -294,14 +337,19 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=4, help="client processes sending the joins")
     p.add_argument("--in-flight", type=int, default=64, help="joins in flight, over all the clients")
     p.add_argument("--slice", type=int, default=1_000)
+    p.add_argument("--no-floor", action="store_true", help="leave out the same joins to a bare gRPC server (the floor)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1,000 members, 10,000 tasks, 2 clients")
     p.add_argument("--out", default=None, help="JSON results (default bench/out/group_scale-MODE.json)")
     p.add_argument("--child", metavar="ADDRESS", help=argparse.SUPPRESS)  # a join client process
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)  # the floor's server
     args = p.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(join_slice(args.child, args.first, args.count, args.in_flight))))
+        return 0
+    if args.serve_bare:
+        asyncio.run(serve_bare())
         return 0
     if args.quick:
         args.members, args.tasks, args.clients, args.slice = 1_000, 10_000, 2, 250
@@ -318,6 +366,8 @@ def main() -> int:
         finally:
             if service is not None:
                 service.stop()
+    if not args.no_floor:  # after the coordinator has stopped: nothing else runs beside it
+        r["floor_joins_s"], r["floor_cpu_s"] = floor_joins(args.members, args.clients, args.in_flight)
     print(
         f"{r['members']:,} members join one group with {r['tasks']:,} tasks ({args.mode} mode; "
         f"{args.clients} client processes, {args.in_flight} joins in flight):"
@@ -339,9 +389,16 @@ def main() -> int:
     print("| figure | measured | target | met? |")
     print("|---|---:|---|---|")
     print(
-        f"| all {r['members']:,} joins, over gRPC | **{r['joins_s']:.2f} s** (coordinator CPU {r['joins_cpu_s']:.1f} s) "
+        f"| all {r['members']:,} joins, over gRPC | **{r['joins_s']:.2f} s** (coordinator CPU {r['joins_cpu_s']:.1f} s, "
+        f"{r['joins_main_thread_cpu_s']:.1f} s of it the event loop's thread) "
         f"| <= {JOINS_TARGET_S:.0f} s at 10,000 | {met(r['joins_s'] <= JOINS_TARGET_S, r['members'] >= 10_000)} |"
     )
+    if "floor_joins_s" in r:
+        print(
+            f"| the same joins to a bare gRPC server of the same service (the floor: parse, answer a member id) "
+            f"| **{r['floor_joins_s']:.2f} s** (server CPU {r['floor_cpu_s']:.1f} s); the coordinator "
+            f"{r['joins_s'] / r['floor_joins_s']:.2f}x | - | - |"
+        )
     print(
         f"| coordinator RSS, peak | **{r['rss_peak_mb']:.0f} MB** | <= {RSS_TARGET_MB:.0f} MB at 10,000 / 100,000 "
         f"| {met(r['rss_peak_mb'] <= RSS_TARGET_MB, full)} |"

@@ -19,7 +19,6 @@ import asyncio
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _coordinator import stop_process, threads_cpu_s
+from _coordinator import start_server, stop_process, threads_cpu_s
 
 METHOD = "/bench.Echo/Call"
 PAYLOAD = b"x" * 64  # about a steady heartbeat's size
@@ -99,15 +98,8 @@ def main() -> int:
         args.calls, args.rounds = 30, 1
     if args.calls < 1 or args.rounds < 1 or args.interval_ms < 0:
         p.error("--calls and --rounds must be >= 1, --interval-ms >= 0")
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    server, address = start_server([sys.executable, __file__, "--serve"], "the echo server")
     try:
-        assert server.stdout is not None
-        line = server.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"the echo server did not start: {line!r}")
-        address = line.strip().rpartition(" ")[2]
         interval = args.interval_ms / 1000
         figures: dict[str, list[tuple[float, float]]] = {"grpc.aio": [], "grpc (sync)": []}
         for _ in range(args.rounds):

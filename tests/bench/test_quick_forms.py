@@ -65,6 +65,10 @@ def test_group_scale_bench_reports_joins_and_the_coordinators_memory(tmp_path: P
     assert 0 < r["rss_start_mb"] <= r["rss_peak_mb"]
     assert max(r["rss_after_joins_mb"], r["rss_stable_mb"]) <= r["rss_peak_mb"]
     assert ("install_s" in r) is (mode == "worker")
+    # The floor: the same joins from the same clients to a bare server, timed the same way.
+    assert "a bare gRPC server" in stdout and r["floor_joins_s"] > 0 and r["floor_cpu_s"] > 0
+    # The event loop's thread is part of the process (schedstat counts ns, /proc/PID/stat 10 ms ticks).
+    assert 0 < r["joins_main_thread_cpu_s"] <= r["joins_cpu_s"] + 0.05, r
 
 
 def test_assign_rpc_bench_sends_the_coordinators_request(tmp_path: Path) -> None:
