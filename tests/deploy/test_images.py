@@ -183,37 +183,51 @@ def test_the_metrics_image_has_a_jre_the_jdbc_drivers_and_pyspark(images: dict[s
     assert out[0].startswith("4.") and out[1] == "True", out
 
 
-def test_the_metrics_image_runs_the_job_and_the_others_say_they_lack_spark(
-    images: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_the_metrics_image_runs_the_job(
+    images: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest, database: str
 ) -> None:
     """The metrics image's entry point runs the job itself (its package was once left out of the
-    wheel, and `connect-metrics` died on an import): over a coordinator's event log written by the
-    real core, into a folder the host then reads. The other images leave Spark out (the `metrics`
-    extra): there the same command says so in one line."""
+    wheel, and `connect-metrics` died on an import), over a coordinator's event log written by the
+    real core: in SQLite, and in PostgreSQL as the chart's CronJob reads it (the test server on the
+    host's loopback: the container shares the host's network). The tables land in a folder the host
+    then lists."""
+    from tests.fixtures.spark import QUICK_JIT
     from tests.metrics.logs import seed_case_studies, write_events
 
     data = tmp_path / "data"
     data.mkdir()
+    if database == "sqlite":
+        url, in_container = f"sqlite:///{data / 'coordinator.db'}", "sqlite:////data/coordinator.db"
+    else:
+        url = in_container = request.getfixturevalue("postgres_db_url")
     events = seed_case_studies()
-    write_events(f"sqlite:///{data / 'coordinator.db'}", events)
+    write_events(url, events)
     for path in (data, *data.iterdir()):
         path.chmod(0o777 if path.is_dir() else 0o666)  # the image's user (UID 10001) writes here
     done = engine(
-        "run", "--rm", "--read-only", "--tmpfs", "/tmp", "--network", "none", "-v", f"{data}:/data",
-        images["connect-metrics"], "run", "--database", "sqlite:////data/coordinator.db", "--output", "/data/out",
+        "run", "--rm", "--read-only", "--tmpfs", "/tmp", "--network", "host" if database != "sqlite" else "none",
+        "-v", f"{data}:/data", "-e", f"JAVA_TOOL_OPTIONS={QUICK_JIT}",  # (the tests' JVM setting: C1 only)
+        images["connect-metrics"], "run", "--database", in_container, "--output", "/data/out",
         timeout=300,
     )  # fmt: skip
     assert f"full run: {len(events)} events read" in done.stdout, done.stdout + done.stderr
     tables = {p.name for p in (data / "out").iterdir()}
     assert {"group_epochs", "item_downtime", "group_summary"} <= tables, tables
-    lacking = engine(
-        "run", "--rm", "--read-only", "--network", "none", "--entrypoint", "connect-metrics",
-        images["connect-coordinator"], "run", "--database", "sqlite:////tmp/x.db", "--output", "/tmp/out",
-        check_=False,
-    )  # fmt: skip
-    assert lacking.returncode == 2 and lacking.stdout == "", lacking
-    [line] = [x for x in lacking.stderr.splitlines() if "level=warning" not in x]  # (podman's own warnings)
-    assert line.startswith("connect-metrics: PySpark is not installed") and "[metrics]" in line, line
+
+
+def test_the_server_images_leave_spark_out_and_say_so(images: dict[str, str]) -> None:
+    """Spark is the `metrics` extra: the coordinator, assignor and worker images do without it, and
+    `connect-metrics` there says so in one line (no traceback)."""
+    for name in ("connect-coordinator", "connect-assignor", "connect-worker"):
+        lacking = engine(
+            "run", "--rm", "--read-only", "--network", "none", "--entrypoint", "connect-metrics",
+            images[name], "run", "--database", "sqlite:////tmp/x.db", "--output", "/tmp/out",
+            check_=False,
+        )  # fmt: skip
+        assert lacking.returncode == 2 and lacking.stdout == "", (name, lacking)
+        [line] = [x for x in lacking.stderr.splitlines() if "level=warning" not in x]  # (podman's own warnings)
+        assert line.startswith("connect-metrics: PySpark is not installed") and "[metrics]" in line, (name, line)
 
 
 def test_coordinator_and_assignor_serve_health_as_non_root_and_stop_gracefully_on_sigterm(
