@@ -48,15 +48,52 @@ def threads_cpu_s(pid: int) -> float:
     return total / 1e9
 
 
-def start_server(cmd: list[str], what: str) -> tuple[subprocess.Popen[str], str]:
-    """Start a server process that prints `listening on HOST:PORT` as its first line: (it, the address)."""
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start_server(
+    cmd: list[str], what: str, marker: str = "listening on", core: int | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a server process that prints `... <marker> HOST:PORT` once it serves (pinned to ``core``
+    with taskset if given): (it, the address)."""
+    pin = ["taskset", "-c", str(core)] if core is not None else []
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'proto'}"}
+    proc = subprocess.Popen(
+        [*pin, *cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        stop_process(proc)
-        raise RuntimeError(f"{what} did not start: {line!r}")
-    return proc, line.strip().rpartition(" ")[2]
+    for line in proc.stdout:
+        if marker in line:
+            return proc, line.strip().rpartition(" ")[2]
+    stop_process(proc)
+    raise RuntimeError(f"{what} did not start")
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    """CPU seconds the process's first thread (a server's event loop) has run, to the nanosecond."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+# A bare server of the coordinator's service: each heartbeat is parsed and answered with its own ids
+# and epoch, as a steady heartbeat's answer (nothing of the coordinator behind it; the floor under it).
+ECHO_SERVER = r"""
+import asyncio, sys
+import grpc
+from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+class Echo(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):
+    async def ConnectGroupHeartbeat(self, request, context):
+        # Same size as the coordinator's steady-state answer: ids and epoch echoed, interval and session.
+        return coordinator_pb2.ConnectGroupHeartbeatResponse(
+            member_id=request.member_id, member_epoch=request.member_epoch, heartbeat_interval_ms=5000, session_timeout_ms=60000)
+
+async def main():
+    server = grpc.aio.server()
+    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(Echo(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"echo listening on 127.0.0.1:{port}", flush=True)
+    await server.wait_for_termination()
+
+asyncio.run(main())
+"""
 
 
 def stop_process(proc: subprocess.Popen[Any], signal: int = SIGTERM, timeout_s: float = 30) -> None:
@@ -131,12 +168,7 @@ class AssignorService:
             "--metrics-listen",
             "",
         ]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"connect-assignor did not start: {line!r}")
-        self.address = line.strip().rpartition(" ")[2]
+        self.proc, self.address = start_server(cmd, "connect-assignor")
 
     def cpu_s(self) -> float:
         return process_cpu_s(self.proc.pid)

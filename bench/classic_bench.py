@@ -36,7 +36,8 @@ import grpc
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.heartbeat_bench import cpu_seconds, setup_group, start  # noqa: E402
+from bench._coordinator import start_server  # noqa: E402
+from bench.heartbeat_bench import cpu_seconds, setup_group  # noqa: E402
 from connect.coordinator.v1 import classic_pb2, classic_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
 from connect.coordinator.v1.common_pb2 import ErrorCode  # noqa: E402
 from services.classic import join_protocols  # noqa: E402
@@ -200,7 +201,7 @@ def main() -> int:
             "group.coordinator.principal.request.rate=0",
         ):
             cmd += ["--set", s]
-        proc, address = start(cmd, "listening on", core=0)
+        proc, address = start_server(cmd, "connect-coordinator", core=0)
         try:
             connect_members = setup_group(address, args.members)
             classic_members = asyncio.run(classic_group(address, args.members))

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "proto"))
 
-from bench.heartbeat_bench import start  # noqa: E402
+from bench._coordinator import start_server  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
 from services.coordinator.runtime.partitions import partition_for  # noqa: E402
@@ -62,7 +62,7 @@ def replica(url: str, lease_ms: int, renew_ms: int, core: int) -> tuple[object, 
         f"group.coordinator.lease.renew.interval.ms={renew_ms}",
     ):
         cmd += ["--set", s]
-    return start(cmd, "listening on", core)
+    return start_server(cmd, "a replica", core=core)
 
 
 def admin(address: str) -> admin_pb2_grpc.ConnectGroupAdminStub:

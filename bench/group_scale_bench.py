@@ -13,7 +13,7 @@ clients, so the coordinator is what is measured), started together once all are 
 
 Then every member heartbeats until it holds its target and DescribeGroups says Stable. Then, with the
 coordinator stopped, the same client processes send the same joins to a bare ``grpc.aio`` server of the
-same service that parses each request and answers a new member id, nothing more: the floor under the
+same service that parses each request and answers it with its own ids, nothing more: the floor under the
 joins' figure on this machine in this run (``--no-floor`` leaves it out). Reports the
 time per slice of joins (flat = a join costs the same at 1,000 and 10,000 members), all joins (target
 <= 5 s, issue 39) next to that floor, Prepare / compute / Install (worker mode), everyone Stable, and RSS after start,
@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +59,15 @@ from services import assignor  # noqa: E402
 from worker_sdk import assign_request  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from _coordinator import AssignorService, Coordinator, process_cpu_s, start_server, stop_process  # noqa: E402
+from _coordinator import (  # noqa: E402
+    ECHO_SERVER,
+    AssignorService,
+    Coordinator,
+    main_thread_cpu_s,
+    process_cpu_s,
+    start_server,
+    stop_process,
+)
 
 GROUP = "big"
 ASSIGNORS = common_pb2.ClientAssignors(
@@ -139,35 +146,10 @@ async def join_slice(address: str, first: int, count: int, in_flight: int) -> di
     return {"first": first, "ids": ids, "epochs": epochs, "done_at": done_at, "executor": executor}
 
 
-def main_thread_cpu_s(pid: int) -> float:
-    """CPU seconds the process's first thread (its event loop) has run, to the nanosecond."""
-    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-
-class _BareCoordinator(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):
-    """The floor: the coordinator's service and messages with nothing of the coordinator behind them."""
-
-    async def ConnectGroupHeartbeat(
-        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: grpc.aio.ServicerContext
-    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        return coordinator_pb2.ConnectGroupHeartbeatResponse(
-            member_id=request.member_id or str(uuid.uuid4()), member_epoch=request.member_epoch + 1
-        )
-
-
-async def serve_bare() -> None:
-    server = grpc.aio.server(options=GRPC_OPTIONS)
-    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(_BareCoordinator(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(f"listening on 127.0.0.1:{port}", flush=True)
-    await server.wait_for_termination()
-
-
 def floor_joins(members: int, clients: int, in_flight: int) -> tuple[float, float]:
-    """The same joins from the same client processes to a bare server (``serve_bare``) in a process of
-    its own: (seconds from go to the last answer, the server's CPU seconds)."""
-    server, address = start_server([sys.executable, __file__, "--serve-bare"], "the bare server")
+    """The same joins from the same client processes to a bare server of the coordinator's service
+    (``ECHO_SERVER``) in a process of its own: (seconds from go to the last answer, its CPU seconds)."""
+    server, address = start_server([sys.executable, "-c", ECHO_SERVER], "the bare server")
     try:
         cpu0 = process_cpu_s(server.pid)
         t0, joined = join_from_clients(address, members, clients, in_flight)
@@ -343,13 +325,9 @@ def main() -> int:
     p.add_argument("--child", metavar="ADDRESS", help=argparse.SUPPRESS)  # a join client process
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)  # the floor's server
     args = p.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(join_slice(args.child, args.first, args.count, args.in_flight))))
-        return 0
-    if args.serve_bare:
-        asyncio.run(serve_bare())
         return 0
     if args.quick:
         args.members, args.tasks, args.clients, args.slice = 1_000, 10_000, 2, 250
@@ -395,7 +373,7 @@ def main() -> int:
     )
     if "floor_joins_s" in r:
         print(
-            f"| the same joins to a bare gRPC server of the same service (the floor: parse, answer a member id) "
+            f"| the same joins to a bare gRPC server of the same service (the floor: parse, echo the ids) "
             f"| **{r['floor_joins_s']:.2f} s** (server CPU {r['floor_cpu_s']:.1f} s); the coordinator "
             f"{r['joins_s'] / r['floor_joins_s']:.2f}x | - | - |"
         )

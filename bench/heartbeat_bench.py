@@ -42,30 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "proto"))
 
+from bench._coordinator import ECHO_SERVER, start_server  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
-
-ECHO_SERVER = r"""
-import asyncio, sys
-import grpc
-from connect.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
-
-class Echo(coordinator_pb2_grpc.ConnectGroupCoordinatorServicer):
-    async def ConnectGroupHeartbeat(self, request, context):
-        # Same size as the coordinator's steady-state answer: ids and epoch echoed, interval and session.
-        return coordinator_pb2.ConnectGroupHeartbeatResponse(
-            member_id=request.member_id, member_epoch=request.member_epoch, heartbeat_interval_ms=5000, session_timeout_ms=60000)
-
-async def main():
-    server = grpc.aio.server()
-    coordinator_pb2_grpc.add_ConnectGroupCoordinatorServicer_to_server(Echo(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(f"echo listening on 127.0.0.1:{port}", flush=True)
-    await server.wait_for_termination()
-
-asyncio.run(main())
-"""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -93,23 +72,6 @@ def thread_split(pid: int, before: dict[int, tuple[float, float]], n: int) -> di
     main_sys = (after[pid][1] - before.get(pid, (0.0, 0.0))[1]) / n * 1e6
     others = sum(sum(v) - sum(before.get(t, (0.0, 0.0))) for t, v in after.items() if t != pid) / n * 1e6
     return {"main_user_us": main_user, "main_sys_us": main_sys, "other_threads_us": others}
-
-
-def start(cmd: list[str], marker: str, core: int) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'proto'}"}
-    proc = subprocess.Popen(
-        ["taskset", "-c", str(core), *cmd],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if marker in line:
-            return proc, line.rsplit(" ", 1)[1].strip()
-    raise RuntimeError(f"{cmd[0]} did not start")
 
 
 def setup_group(address: str, members: int, creds: grpc.ChannelCredentials | None = None) -> list[tuple[str, int]]:
@@ -295,7 +257,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
 
         def coordinator(db: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
-            return start(
+            return start_server(
                 [
                     sys.executable,
                     "-m",
@@ -315,12 +277,12 @@ def main() -> int:
                     "WARNING",
                     *extra,
                 ],
-                "listening on",
+                "connect-coordinator",
                 core=0,
             )
 
         coord, caddr = coordinator("bench.db")
-        echo, eaddr = start([sys.executable, "-c", ECHO_SERVER], "listening on", core=0)
+        echo, eaddr = start_server([sys.executable, "-c", ECHO_SERVER], "the echo server", core=0)
         procs = [coord, echo]
         secure = creds = None
         try:

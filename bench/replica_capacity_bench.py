@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "proto"))
 
-from bench.heartbeat_bench import cpu_seconds, start  # noqa: E402
+from bench._coordinator import start_server  # noqa: E402
+from bench.heartbeat_bench import cpu_seconds  # noqa: E402
 from connect.coordinator.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc  # noqa: E402
 from services.common.items import Items  # noqa: E402
 from services.coordinator.runtime.partitions import partition_for  # noqa: E402
@@ -43,7 +44,7 @@ def coordinator(url: str, core: int) -> tuple[object, str, int]:
     cmd += ["--metrics-listen", "", "--database", url, "--log-level", "WARNING"]
     for s in SETTINGS:
         cmd += ["--set", s]
-    proc, address = start(cmd, "listening on", core)
+    proc, address = start_server(cmd, "a replica", core=core)
     return proc, address, proc.pid
 
 
